@@ -1,0 +1,311 @@
+"""Decode: sniff -> guard -> decode -> channels -> orientation, all in graph.
+
+``load`` turns a file path into a ``uint8`` image ``[height, width, channels]``
+plus a reason string ("" when the file is good). It never raises for a bad
+file: every fault becomes a reason that travels with the element, and the
+assemble stage turns it into an error naming the path (``on_error="raise"``) or
+a recorded skip (``on_error="skip"``).
+
+* The decoder is chosen from the file's first bytes, never its extension:
+  JPEG, PNG, GIF and BMP by TensorFlow; WebP and TIFF by tensorflow-io, whose
+  ops are only put in the graph (and the module only imported) when the index
+  found such a file or cannot know (remote URIs).
+* Before any decode, the header's width and height are read (PNG IHDR, GIF
+  logical screen, BMP info header, WebP VP8/VP8L/VP8X, JPEG SOF via
+  ``tf.image.extract_jpeg_shape``, TIFF via tensorflow-io) and a file claiming
+  more than ``max_pixels`` pixels is refused without allocating its pixels.
+* A decoder that still fails (corrupt data) is caught in graph: the decode runs
+  in a one-element dataset with ``ignore_errors()``; when it yields nothing, a
+  second one diagnoses the bytes (truncated JPEG without its EOI marker, PNG
+  without IEND, ...). No ``py_function`` is involved.
+
+Channels: every image comes out with exactly ``channels`` (1, 3 or 4) whatever
+the file holds. Gray is replicated to RGB; RGB to gray uses ITU-R 601 luma
+(``tf.image.rgb_to_grayscale``); alpha is dropped when not asked for (colour
+under transparent pixels is kept as stored, not composited) and set to 255 when
+asked for and absent. 16-bit PNG samples become 8-bit as ``v >> 8`` (libpng's
+strip-16). Animated GIF and WebP give their first frame. CMYK/YCCK JPEGs are
+converted to RGB by libjpeg (Adobe inverted CMYK handled).
+
+EXIF orientation (tags 1-8, as in the EXIF 2.32 spec / Pillow's
+``ImageOps.exif_transpose``) is applied to JPEGs when ``exif_orientation`` is
+on; the tag is read in graph by ``tfio.experimental.image.decode_jpeg_exif``.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+FORMATS = ("jpeg", "png", "gif", "bmp", "webp", "tiff")
+JPEG, PNG, GIF, BMP, WEBP, TIFF, UNKNOWN = range(7)
+FORMAT_NAMES = ("JPEG", "PNG", "GIF", "BMP", "WebP", "TIFF", "unknown")
+
+
+def _tfio():
+    import tensorflow_io as tfio  # lazily: only when a format needs it
+    return tfio
+
+
+def sniff(contents):
+    """Format id (int32 scalar, see ``FORMATS``; 6 = unknown) from the first bytes."""
+    s3 = tf.strings.substr(contents, 0, 3)
+    checks = [
+        (JPEG, tf.equal(s3, b"\xff\xd8\xff")),
+        (PNG, tf.equal(tf.strings.substr(contents, 0, 8), b"\x89PNG\r\n\x1a\n")),
+        (GIF, tf.logical_or(tf.equal(tf.strings.substr(contents, 0, 6), b"GIF87a"),
+                            tf.equal(tf.strings.substr(contents, 0, 6), b"GIF89a"))),
+        (BMP, tf.equal(tf.strings.substr(contents, 0, 2), b"BM")),
+        (WEBP, tf.logical_and(tf.equal(tf.strings.substr(contents, 0, 4), b"RIFF"),
+                              tf.equal(tf.strings.substr(contents, 8, 4), b"WEBP"))),
+        (TIFF, tf.logical_or(tf.equal(tf.strings.substr(contents, 0, 4), b"II*\x00"),
+                             tf.equal(tf.strings.substr(contents, 0, 4), b"MM\x00*"))),
+    ]
+    fmt = tf.constant(UNKNOWN, tf.int32)
+    for fid, cond in reversed(checks):
+        fmt = tf.where(cond, tf.constant(fid, tf.int32), fmt)
+    return fmt
+
+
+def _head_bytes(contents, n=32):
+    """The first n bytes as int64 [n], zero-padded for short files."""
+    head = tf.strings.substr(contents, 0, n)
+    pad = tf.strings.substr(tf.constant(b"\x00" * n), 0, n - tf.strings.length(head))
+    return tf.cast(tf.io.decode_raw(tf.strings.join([head, pad]), tf.uint8), tf.int64)
+
+
+def header_size(contents, fmt, use_tfio: bool):
+    """(height, width) as int64 scalars read from the header, -1 when unknown.
+
+    Reads only header fields: nothing is decoded or allocated by image size.
+    """
+    b = _head_bytes(contents, 32)
+
+    def le(i, n):
+        v = tf.constant(0, tf.int64)
+        for k in reversed(range(n)):
+            v = v * 256 + b[i + k]
+        return v
+
+    def be(i, n):
+        v = tf.constant(0, tf.int64)
+        for k in range(n):
+            v = v * 256 + b[i + k]
+        return v
+
+    def png():
+        return be(20, 4), be(16, 4)
+
+    def gif():
+        return le(8, 2), le(6, 2)
+
+    def bmp():
+        w = le(18, 4)
+        h = le(22, 4)
+        h = tf.where(h >= 2 ** 31, 2 ** 32 - h, h)  # top-down BMPs store -height
+        return h, w
+
+    def webp():
+        chunk = tf.strings.substr(contents, 12, 4)
+        vp8x = (1 + le(27, 3), 1 + le(24, 3))
+        vp8l = (1 + (b[22] // 64 + b[23] * 4 + (b[24] % 16) * 1024),
+                1 + (b[21] + (b[22] % 64) * 256))
+        vp8 = (le(28, 2) % 16384, le(26, 2) % 16384)
+        h = tf.where(tf.equal(chunk, b"VP8X"), vp8x[0],
+                     tf.where(tf.equal(chunk, b"VP8L"), vp8l[0], vp8[0]))
+        w = tf.where(tf.equal(chunk, b"VP8X"), vp8x[1],
+                     tf.where(tf.equal(chunk, b"VP8L"), vp8l[1], vp8[1]))
+        return h, w
+
+    def jpeg():
+        s = tf.cast(tf.image.extract_jpeg_shape(contents), tf.int64)
+        return s[0], s[1]
+
+    def tiff():
+        if not use_tfio:
+            return tf.constant(-1, tf.int64), tf.constant(-1, tf.int64)
+        shape, _ = _tfio().experimental.image.decode_tiff_info(contents)
+        return shape[0, 0], shape[0, 1]
+
+    def unknown():
+        return tf.constant(-1, tf.int64), tf.constant(-1, tf.int64)
+
+    return tf.switch_case(fmt, [jpeg, png, gif, bmp, webp, tiff], default=unknown)
+
+
+def to_channels(image, channels: int):
+    """Converts a uint8 image [h, w, n] (n in 1..4, dynamic) to exactly ``channels``.
+
+    1 <- RGB(A) by ITU-R 601 luma; 3 <- gray by replication; alpha dropped when
+    not requested, set to 255 when requested and absent.
+    """
+    n = tf.shape(image)[-1]
+
+    def gray(x):
+        return tf.image.rgb_to_grayscale(x[..., :3])
+
+    def opaque(x):
+        return tf.ones_like(x[..., :1]) * 255
+
+    def from1(x):
+        g = x[..., :1]
+        return {1: g, 3: tf.concat([g, g, g], -1), 4: tf.concat([g, g, g, opaque(x)], -1)}[channels]
+
+    def from2(x):
+        g = x[..., :1]
+        return {1: g, 3: tf.concat([g, g, g], -1), 4: tf.concat([g, g, g, x[..., 1:2]], -1)}[channels]
+
+    def from3(x):
+        rgb = x[..., :3]
+        return {1: gray(rgb), 3: rgb, 4: tf.concat([rgb, opaque(x)], -1)}[channels]
+
+    def from4(x):
+        return {1: gray(x), 3: x[..., :3], 4: x[..., :4]}[channels]
+
+    branches = [lambda: from1(image), lambda: from2(image), lambda: from3(image),
+                lambda: from4(image)]
+    out = tf.switch_case(tf.clip_by_value(n - 1, 0, 3), branches)
+    out.set_shape([None, None, channels])
+    return out
+
+
+def apply_orientation(image, orientation):
+    """Applies an EXIF orientation tag (int, 1-8; others mean 1) to [h, w, c].
+
+    2 mirror, 3 rotate 180, 4 flip vertically, 5 transpose, 6 rotate 90 CW,
+    7 transverse, 8 rotate 90 CCW (EXIF 2.32, tag 0x0112).
+    """
+    o = tf.cast(orientation, tf.int32)
+    o = tf.where((o >= 1) & (o <= 8), o, 1)
+    t = lambda x: tf.transpose(x, [1, 0, 2])
+    branches = [
+        lambda: image,
+        lambda: image[:, ::-1],
+        lambda: image[::-1, ::-1],
+        lambda: image[::-1],
+        lambda: t(image),
+        lambda: t(image)[:, ::-1],
+        lambda: t(image)[::-1, ::-1],
+        lambda: t(image)[::-1],
+    ]
+    return tf.switch_case(o - 1, branches)
+
+
+def diagnose(contents, fmt):
+    """A reason string for a file whose decoder failed, from its bytes."""
+    size = tf.strings.length(contents)
+    tail2 = tf.strings.substr(contents, tf.maximum(size - 2, 0), 2)
+    tail = tf.strings.substr(contents, tf.maximum(size - 12, 0), 12)
+    no_iend = tf.logical_not(tf.strings.regex_full_match(tail, "(?s).*IEND.*"))
+    name = tf.gather(tf.constant(FORMAT_NAMES), fmt)
+    first = tf.strings.reduce_join(
+        tf.strings.as_string(tf.io.decode_raw(tf.strings.substr(contents, 0, 8), tf.uint8)),
+        separator=" ")
+    reason = tf.strings.join(["corrupt ", name, " data (the decoder failed)"])
+    reason = tf.where((fmt == GIF) & tf.not_equal(
+        tf.strings.substr(contents, tf.maximum(size - 1, 0), 1), b"\x3b"),
+        "truncated GIF (no trailer byte)", reason)
+    reason = tf.where((fmt == PNG) & no_iend, "truncated PNG (no IEND end chunk)", reason)
+    reason = tf.where((fmt == JPEG) & tf.not_equal(tail2, b"\xff\xd9"),
+                      "truncated JPEG (no end-of-image marker)", reason)
+    reason = tf.where(fmt == UNKNOWN, tf.strings.join(
+        ["not an image (first bytes ", first, ")"]), reason)
+    reason = tf.where(size == 0, "empty file (0 bytes)", reason)
+    return reason
+
+
+class Decoder:
+    """Builds the in-graph ``load(path, has_exif, pre_error)`` function.
+
+    Args:
+        channels: 1, 3 or 4, output channels.
+        max_pixels: int, header width*height above this is refused (pixels).
+        exif_orientation: bool, apply the JPEG EXIF orientation.
+        use_tfio: bool, put tensorflow-io decoders (WebP, TIFF, EXIF) in the graph.
+        exif_in_graph: bool, some file may carry EXIF (else the op is left out).
+    """
+
+    def __init__(self, channels=3, max_pixels=178_956_970, exif_orientation=True,
+                 use_tfio=False, exif_in_graph=False):
+        self.channels = channels
+        self.max_pixels = max_pixels
+        self.use_tfio = use_tfio
+        self.exif = exif_orientation and use_tfio and exif_in_graph
+
+    def placeholder(self):
+        return tf.zeros([1, 1, self.channels], tf.uint8)
+
+    def _decode(self, contents, fmt, has_exif):
+        c = self.channels
+
+        def jpeg():
+            img = tf.io.decode_jpeg(contents, channels=1 if c == 1 else 3)
+            if c == 4:
+                img = to_channels(img, 4)
+            if self.exif:
+                img = tf.cond(
+                    has_exif,
+                    lambda: apply_orientation(
+                        img, _tfio().experimental.image.decode_jpeg_exif(contents)),
+                    lambda: img)
+            return img
+
+        def png():
+            return tf.io.decode_png(contents, channels=c)
+
+        def gif():
+            return to_channels(tf.io.decode_gif(contents)[0], c)
+
+        def bmp():
+            return to_channels(tf.io.decode_bmp(contents, channels=0), c)
+
+        def webp():
+            return to_channels(_tfio().image.decode_webp(contents), c)
+
+        def tiff():
+            return to_channels(_tfio().experimental.image.decode_tiff(contents, index=0), c)
+
+        branches = [jpeg, png, gif, bmp]
+        if self.use_tfio:
+            branches += [webp, tiff]
+        img = tf.switch_case(tf.minimum(fmt, len(branches) - 1), branches)
+        img.set_shape([None, None, c])
+        return img
+
+    def _checked(self, path, has_exif):
+        """Reads and decodes; returns (image, reason). May raise on corrupt data."""
+        contents = tf.io.read_file(path)
+        fmt = sniff(contents)
+        h, w = header_size(contents, fmt, self.use_tfio)
+        too_big = h * w > self.max_pixels
+        unsupported = (fmt == UNKNOWN) | ((fmt >= WEBP) & (not self.use_tfio))
+        reason = tf.where(
+            too_big,
+            tf.strings.format("header claims {}x{} pixels > max_pixels={}",
+                              (w, h, self.max_pixels)),
+            "")
+        name = tf.gather(tf.constant(FORMAT_NAMES), fmt)
+        reason = tf.where(unsupported & (fmt != UNKNOWN), tf.strings.join(
+            [name, " needs tensorflow-io, which this graph was built without"]), reason)
+        reason = tf.where(fmt == UNKNOWN, diagnose(contents, fmt), reason)
+        img = tf.cond(tf.strings.length(reason) > 0, self.placeholder,
+                      lambda: self._decode(contents, fmt, has_exif))
+        return img, reason
+
+    def load(self, path, has_exif, pre_error):
+        """Path -> (uint8 image [h, w, channels], reason str; "" when good).
+
+        Never raises for a bad or vanished file.
+        """
+        def run():
+            one = tf.data.Dataset.from_tensors((path, has_exif))
+            primary = one.map(self._checked).ignore_errors()
+            secondary = one.map(lambda p, e: (self.placeholder(), diagnose(
+                tf.io.read_file(p), sniff(tf.io.read_file(p))))).ignore_errors()
+            last = tf.data.Dataset.from_tensors(
+                (self.placeholder(), tf.constant("unreadable file")))
+            return primary.concatenate(secondary).concatenate(last).take(1).get_single_element()
+
+        img, reason = tf.cond(tf.strings.length(pre_error) > 0,
+                              lambda: (self.placeholder(), pre_error), run)
+        img.set_shape([None, None, self.channels])
+        return img, reason

@@ -1,0 +1,63 @@
+"""Transform: deterministic resize, crop and pad of uint8 images, in graph.
+
+All functions take and return ``uint8`` images ``[height, width, channels]``
+(values 0-255); resampling runs in float32 and is rounded and saturated back
+to uint8, so images stay uint8 until the last moment.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def to_uint8(x):
+    """float [.., 0-255] -> uint8, rounded and clipped (no wrap-around)."""
+    if x.dtype == tf.uint8:
+        return x
+    return tf.cast(tf.clip_by_value(tf.round(x), 0.0, 255.0), tf.uint8)
+
+
+def center_crop_window(height, width, target_height, target_width):
+    """The largest centered window of the target aspect ratio.
+
+    Returns (offset_y, offset_x, crop_h, crop_w) as int32 scalars (pixels), as
+    Keras' ``crop_to_aspect_ratio``.
+    """
+    h = tf.cast(height, tf.float32)
+    w = tf.cast(width, tf.float32)
+    aspect = float(target_width) / float(target_height)
+    crop_h = tf.cast(tf.minimum(h, tf.round(w / aspect)), tf.int32)
+    crop_w = tf.cast(tf.minimum(w, tf.round(h * aspect)), tf.int32)
+    crop_h = tf.maximum(crop_h, 1)
+    crop_w = tf.maximum(crop_w, 1)
+    oy = (tf.cast(height, tf.int32) - crop_h) // 2
+    ox = (tf.cast(width, tf.int32) - crop_w) // 2
+    return oy, ox, crop_h, crop_w
+
+
+def resize(image, size, mode="stretch", interpolation="bilinear"):
+    """Resizes a uint8 image to ``size`` = (height, width) pixels.
+
+    Args:
+        image: uint8 [h, w, c].
+        size: (height, width) ints.
+        mode: "stretch" (ignore aspect), "crop" (center-crop to the target
+            aspect, then resize) or "pad" (letterbox: resize to fit, pad with
+            zeros, as ``tf.image.resize_with_pad``).
+        interpolation: a ``tf.image.resize`` method name.
+
+    Returns:
+        uint8 [height, width, c].
+    """
+    th, tw = size
+    if mode == "crop":
+        s = tf.shape(image)
+        oy, ox, ch, cw = center_crop_window(s[0], s[1], th, tw)
+        image = image[oy:oy + ch, ox:ox + cw]
+    if mode == "pad":
+        out = tf.image.resize_with_pad(image, th, tw, method=interpolation)
+    else:
+        out = tf.image.resize(image, (th, tw), method=interpolation)
+    out = to_uint8(out)
+    out.set_shape([th, tw, image.shape[-1]])
+    return out
