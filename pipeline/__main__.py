@@ -1,0 +1,118 @@
+"""Command line: ``python -m pipeline <command> [--flags]`` (absl flags).
+
+Commands:
+  bench     throughput, time to first batch and peak RSS, side by side with
+            peers (default: keras.utils.image_dataset_from_directory). With no
+            --data_dir it runs on a built-in sample of generated JPEGs.
+  scan      one parallel pass over a folder / manifest / path list: counts per
+            class and format, sizes, extension mismatches, bad files.
+  convert   write TFRecord shards (encoded bytes + label + path).
+  service   start a tf.data service dispatcher or worker.
+
+Run ``python -m pipeline <command> --helpfull`` for every flag.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from absl import app, flags, logging
+
+from pipeline import cli
+
+FLAGS = flags.FLAGS
+
+# bench
+flags.DEFINE_string("data_dir", None, "bench: class-folder directory; default: a built-in sample.")
+flags.DEFINE_list("image_size", ["224", "224"], "bench: output height,width in pixels.")
+flags.DEFINE_integer("batch_size", 64, "bench: batch size (images).")
+flags.DEFINE_integer("epochs", 3, "bench: epochs per candidate.")
+flags.DEFINE_integer("repeats", 1, "bench: runs per candidate, alternated; medians reported.")
+flags.DEFINE_list("compare", ["keras"], "bench: peers to run beside pipeline "
+                  "(keras, plain); empty for none.")
+flags.DEFINE_string("json_out", None, "bench/scan: write the result as JSON to this file.")
+flags.DEFINE_integer("sample_images", 256, "bench: images in the built-in sample.")
+flags.DEFINE_integer("seed", 0, "bench: shuffle seed.")
+flags.DEFINE_bool("progress", True, "Show tqdm progress bars.")
+flags.DEFINE_string("on_error", "raise", "bench: pipeline's on_error ('raise' or 'skip').")
+
+
+def _parse_size(values):
+    try:
+        size = [int(v) for v in values]
+        if len(size) == 1:
+            size = size * 2
+        if len(size) != 2 or min(size) <= 0:
+            raise ValueError
+    except ValueError:
+        raise app.UsageError(
+            f"--image_size must be HEIGHT,WIDTH positive integers. Received: {values!r}")
+    return size
+
+
+def cmd_bench(argv):
+    from pipeline import bench, sample
+
+    size = _parse_size(FLAGS.image_size)
+    if FLAGS.batch_size <= 0:
+        raise app.UsageError(f"--batch_size must be > 0. Received: {FLAGS.batch_size}")
+    if FLAGS.epochs <= 0:
+        raise app.UsageError(f"--epochs must be > 0. Received: {FLAGS.epochs}")
+    data_dir = FLAGS.data_dir
+    if data_dir is None:
+        data_dir = sample.ensure_sample(FLAGS.sample_images)
+        logging.info("pipeline bench: built-in sample at %s", data_dir)
+    from pipeline import index
+    idx = index.index_directory(data_dir, sniff=False)
+    names = ["pipeline"] + [c for c in FLAGS.compare if c and c != "pipeline"]
+    spec = {"data_dir": data_dir, "image_size": size, "batch_size": FLAGS.batch_size,
+            "epochs": FLAGS.epochs, "seed": FLAGS.seed, "num_images": len(idx),
+            "options": {"on_error": FLAGS.on_error}}
+    results = bench.run_candidates(names, spec, repeats=FLAGS.repeats, progress=FLAGS.progress)
+    print(f"\n{len(idx)} images in {data_dir}, image_size={size[0]}x{size[1]}, "
+          f"batch_size={FLAGS.batch_size}, epochs={FLAGS.epochs}, repeats={FLAGS.repeats}")
+    print(bench.format_table(results))
+    main = results["pipeline"]
+    out = {k: main[k] for k in ("images_per_sec", "first_batch_sec", "peak_rss_mb",
+                                "num_images", "epochs", "images_per_cpu_sec",
+                                "cpu_cores_used", "rss_after_import_mb")}
+    out["options"] = dict(spec, candidates=names)
+    out["compare"] = {n: results[n] for n in names if n != "pipeline"}
+    for n in names[1:]:
+        ratio = main["images_per_sec"] / results[n]["images_per_sec"]
+        out[f"speedup_vs_{n}"] = ratio
+        print(f"pipeline / {n}: {ratio:.2f}x images/s")
+    if FLAGS.json_out:
+        with open(FLAGS.json_out, "w") as f:
+            json.dump(out, f, indent=2)
+        print(f"wrote {FLAGS.json_out}")
+    return 0
+
+
+cli.COMMANDS["bench"] = cmd_bench
+COMMANDS = cli.COMMANDS
+# Commands implemented in other modules define their flags and register here.
+for _mod in ("pipeline.scan", "pipeline.shards", "pipeline.distribute"):
+    try:
+        __import__(_mod)
+    except ModuleNotFoundError as e:
+        if e.name != _mod:
+            raise
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] not in COMMANDS:
+        raise app.UsageError(
+            f"usage: python -m pipeline <{'|'.join(sorted(COMMANDS))}> [--flags]. "
+            f"Received: {argv[1:]!r}")
+    return COMMANDS[argv[1]](argv[1:])
+
+
+def run():
+    """Console-script entry point (``pipeline``)."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

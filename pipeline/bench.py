@@ -1,0 +1,223 @@
+"""Benchmark harness: throughput, time to first batch and peak memory.
+
+Each candidate runs in its own subprocess (``python -m pipeline.bench SPEC``),
+so that its peak RSS is its own (``VmHWM`` from ``/proc/self/status``: a child
+inherits ``ru_maxrss`` across fork and exec) and one candidate's threads and
+caches do not slow the next. The CLI (``python -m pipeline bench``) and the
+suites in ``benchmarks/`` both call ``run_candidates``.
+
+Figures (all per candidate):
+    images_per_sec: steady state, images after each epoch's first batch
+        divided by the time after that first batch (images/s).
+    first_batch_sec: seconds from building the dataset to its first batch.
+    peak_rss_mb: the process's peak resident memory (MiB).
+    rss_after_import_mb: resident memory after importing TensorFlow (MiB).
+    images_per_cpu_sec: images / process CPU seconds over the epochs
+        (steadier than images/s on a noisy machine).
+    cpu_cores_used: CPU seconds / wall seconds over the epochs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+# --- candidates -------------------------------------------------------------
+# Each takes the spec dict and returns an iterable dataset (re-iterable per epoch).
+
+
+def _pipeline(spec):
+    import pipeline
+    return pipeline.from_directory(
+        spec["data_dir"], image_size=tuple(spec["image_size"]), batch_size=spec["batch_size"],
+        seed=spec.get("seed"), **spec.get("options", {}))
+
+
+def _keras(spec):
+    import keras
+    return keras.utils.image_dataset_from_directory(
+        spec["data_dir"], image_size=tuple(spec["image_size"]), batch_size=spec["batch_size"],
+        shuffle=True, seed=spec.get("seed"), verbose=False)
+
+
+def _plain(spec):
+    """Hand-tuned tf.data without the safety machinery (guards off)."""
+    import tensorflow as tf
+    from pipeline import config, index, transform
+    idx = index.index_directory(spec["data_dir"], sniff=False)
+    size = tuple(spec["image_size"])
+
+    def load(path, label):
+        img = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+        return transform.resize(img, size), tf.cast(label, tf.int32)
+
+    ds = tf.data.Dataset.from_tensor_slices((idx.paths, idx.labels))
+    ds = ds.shuffle(len(idx), seed=spec.get("seed"), reshuffle_each_iteration=True)
+    ds = ds.map(load, num_parallel_calls=2 * config.cpu_count(), deterministic=False)
+    ds = ds.batch(spec["batch_size"]).prefetch(2)
+    o = tf.data.Options()
+    o.autotune.enabled = False
+    return ds.with_options(o)
+
+
+CANDIDATES: Dict[str, Callable] = {
+    "pipeline": _pipeline,
+    "keras": _keras,
+    "plain": _plain,
+}
+DESCRIPTIONS = {
+    "pipeline": "pipeline.from_directory (uint8, guards on)",
+    "keras": "keras.utils.image_dataset_from_directory (float32)",
+    "plain": "hand-tuned tf.data decode_jpeg+resize, guards off",
+}
+
+
+def register(name: str, factory: Callable, description: str = "") -> None:
+    """Adds a candidate: ``factory(spec) -> iterable of batches``."""
+    CANDIDATES[name] = factory
+    DESCRIPTIONS[name] = description or name
+
+
+# --- measurement ------------------------------------------------------------
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def _batch_len(batch) -> int:
+    x = batch[0] if isinstance(batch, (tuple, list)) else batch
+    return int(x.shape[0])
+
+
+def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
+    """Runs ``spec["epochs"]`` epochs of ``factory(spec)`` and returns the figures."""
+    from tqdm.auto import tqdm
+
+    rss0 = _status_mb("VmRSS")
+    t_build = time.perf_counter()
+    ds = factory(spec)
+    epochs = spec.get("epochs", 3)
+    n_total, steady_n, steady_t = 0, 0, 0.0
+    first_batch = None
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    total = spec.get("num_images")
+    for epoch in range(epochs):
+        t0 = time.perf_counter()
+        t_first = None
+        n = 0
+        bar = tqdm(total=total, unit="img", desc=f"{spec['name']} epoch {epoch + 1}/{epochs}",
+                   disable=not progress, leave=False, file=sys.stderr)
+        for batch in ds:
+            b = _batch_len(batch)
+            if t_first is None:
+                t_first = time.perf_counter()
+                if first_batch is None:
+                    first_batch = t_first - t_build
+            else:
+                steady_n += b
+            n += b
+            bar.update(b)
+        bar.close()
+        if t_first is not None:
+            steady_t += time.perf_counter() - t_first
+        n_total += n
+    cpu = time.process_time() - cpu0
+    wall = time.perf_counter() - wall0
+    return {
+        "name": spec["name"],
+        "description": DESCRIPTIONS.get(spec["name"], spec["name"]),
+        "images_per_sec": steady_n / steady_t if steady_t > 0 else float("nan"),
+        "first_batch_sec": first_batch,
+        "peak_rss_mb": _status_mb("VmHWM"),
+        "rss_after_import_mb": rss0,
+        "images_per_cpu_sec": n_total / cpu if cpu > 0 else float("nan"),
+        "cpu_cores_used": cpu / wall if wall > 0 else float("nan"),
+        "num_images": n_total // max(epochs, 1),
+        "images_delivered": n_total,
+        "epochs": epochs,
+        "wall_sec": wall,
+    }
+
+
+def run_candidate(spec: dict, timeout: Optional[float] = None, progress: bool = True) -> dict:
+    """Runs one candidate in a fresh subprocess and returns its figures.
+
+    Raises:
+        RuntimeError: the subprocess failed (its stderr tail is included).
+    """
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    spec = dict(spec, progress=progress)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.bench", json.dumps(spec)],
+        stdout=subprocess.PIPE, stderr=None if progress else subprocess.PIPE,
+        text=True, timeout=timeout, env=env)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        err = (proc.stderr or "")[-2000:]
+        raise RuntimeError(f"benchmark candidate {spec['name']!r} failed "
+                           f"(exit {proc.returncode}): {err}")
+    return json.loads(lines[-1])
+
+
+def run_candidates(names: List[str], base_spec: dict, repeats: int = 1,
+                   progress: bool = True) -> Dict[str, dict]:
+    """Runs candidates side by side, alternating them ``repeats`` times.
+
+    Returns:
+        {name: figures}, where numeric figures are medians over the repeats
+        and ``runs`` holds every run's figures.
+    """
+    for n in names:
+        if n not in CANDIDATES:
+            raise ValueError(f"Unknown candidate {n!r}; known: {sorted(CANDIDATES)}. "
+                             f"Received: compare={names!r}")
+    runs: Dict[str, List[dict]] = {n: [] for n in names}
+    for _ in range(repeats):
+        for n in names:
+            runs[n].append(run_candidate(dict(base_spec, name=n), progress=progress))
+    out = {}
+    for n, rs in runs.items():
+        agg = dict(rs[0])
+        for k, v in rs[0].items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None:
+                agg[k] = statistics.median(r[k] for r in rs)
+        agg["runs"] = rs
+        out[n] = agg
+    return out
+
+
+def format_table(results: Dict[str, dict], reference: str = "pipeline") -> str:
+    """A text table of the figures; ``x ref`` is the reference's images/s over each."""
+    ref = results.get(reference, {}).get("images_per_sec")
+    head = (f"{'candidate':<12} {'images/s':>9} {'img/CPU-s':>9} {'cores':>5} "
+            f"{'1st batch s':>11} {'peak RSS MiB':>12} {'ref x':>6}")
+    rows = [head, "-" * len(head)]
+    for name, r in results.items():
+        ratio = (ref / r["images_per_sec"]) if ref and r["images_per_sec"] else float("nan")
+        rows.append(f"{name:<12} {r['images_per_sec']:>9.0f} {r['images_per_cpu_sec']:>9.0f} "
+                    f"{r['cpu_cores_used']:>5.2f} {r['first_batch_sec']:>11.2f} "
+                    f"{r['peak_rss_mb']:>12.0f} {ratio:>6.2f}")
+    return "\n".join(rows)
+
+
+def _worker(spec_json: str) -> None:
+    spec = json.loads(spec_json)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf  # noqa: F401  (import cost is not measured)
+    for mod in spec.get("imports", []):
+        __import__(mod)
+    result = measure(CANDIDATES[spec["name"]], spec, progress=spec.get("progress", True))
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1])
