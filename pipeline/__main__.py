@@ -36,6 +36,9 @@ flags.DEFINE_integer("sample_images", 256, "bench: images in the built-in sample
 flags.DEFINE_integer("seed", 0, "bench: shuffle seed.")
 flags.DEFINE_bool("progress", True, "Show tqdm progress bars.")
 flags.DEFINE_string("on_error", "raise", "bench: pipeline's on_error ('raise' or 'skip').")
+# scan
+flags.DEFINE_integer("max_pixels", None, "scan: header pixel limit (default Pillow's 178,956,970).")
+flags.DEFINE_bool("follow_links", False, "scan: follow linked folders (loop-safe).")
 
 
 def _parse_size(values):
@@ -93,7 +96,7 @@ def cmd_bench(argv):
 cli.COMMANDS["bench"] = cmd_bench
 COMMANDS = cli.COMMANDS
 # Commands implemented in other modules define their flags and register here.
-for _mod in ("pipeline.scan", "pipeline.shards", "pipeline.distribute"):
+for _mod in ("pipeline.report", "pipeline.shards", "pipeline.distribute"):
     try:
         __import__(_mod)
     except ModuleNotFoundError as e:

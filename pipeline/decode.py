@@ -1,10 +1,10 @@
 """Decode: sniff -> guard -> decode -> channels -> orientation, all in graph.
 
 ``load`` turns a file path into a ``uint8`` image ``[height, width, channels]``
-plus a reason string ("" when the file is good). It never raises for a bad
-file: every fault becomes a reason that travels with the element, and the
-assemble stage turns it into an error naming the path (``on_error="raise"``) or
-a recorded skip (``on_error="skip"``).
+plus a reason string ("" when the file is good). Every fault found before
+decoding becomes a reason that travels with the element; the assemble stage
+turns it into an error naming the path (``on_error="raise"``) or a recorded
+skip (``on_error="skip"``).
 
 * The decoder is chosen from the file's first bytes, never its extension:
   JPEG, PNG, GIF and BMP by TensorFlow; WebP and TIFF by tensorflow-io, whose
@@ -14,10 +14,10 @@ a recorded skip (``on_error="skip"``).
   logical screen, BMP info header, WebP VP8/VP8L/VP8X, JPEG SOF via
   ``tf.image.extract_jpeg_shape``, TIFF via tensorflow-io) and a file claiming
   more than ``max_pixels`` pixels is refused without allocating its pixels.
-* A decoder that still fails (corrupt data) is caught in graph: the decode runs
-  in a one-element dataset with ``ignore_errors()``; when it yields nothing, a
-  second one diagnoses the bytes (truncated JPEG without its EOI marker, PNG
-  without IEND, ...). No ``py_function`` is involved.
+* A decoder that still fails (corrupt or truncated data) raises; the assemble
+  stage drops that element with ``ignore_errors()``, finds which file it was
+  from the element positions, and ``diagnose`` names the fault from the bytes
+  (truncated JPEG without its EOI marker, PNG without IEND, ...).
 
 Channels: every image comes out with exactly ``channels`` (1, 3 or 4) whatever
 the file holds. Gray is replicated to RGB; RGB to gray uses ITU-R 601 luma
@@ -225,11 +225,17 @@ class Decoder:
     """
 
     def __init__(self, channels=3, max_pixels=178_956_970, exif_orientation=True,
-                 use_tfio=False, exif_in_graph=False):
+                 use_tfio=False, exif_in_graph=False, only_format=None,
+                 pre_errors=True):
         self.channels = channels
         self.max_pixels = max_pixels
         self.use_tfio = use_tfio
         self.exif = exif_orientation and use_tfio and exif_in_graph
+        # only_format: the index saw only this format (e.g. "jpeg"): the graph
+        # then holds that decoder alone, with no format dispatch. A file that
+        # changed since indexing makes its decoder raise and is reported.
+        self.only = FORMATS.index(only_format) if only_format in FORMATS[:4] else None
+        self.pre_errors = pre_errors
 
     def placeholder(self):
         return tf.zeros([1, 1, self.channels], tf.uint8)
@@ -267,6 +273,10 @@ class Decoder:
         branches = [jpeg, png, gif, bmp]
         if self.use_tfio:
             branches += [webp, tiff]
+        if self.only is not None:
+            img = branches[self.only]()
+            img.set_shape([None, None, c])
+            return img
         img = tf.switch_case(tf.minimum(fmt, len(branches) - 1), branches)
         img.set_shape([None, None, c])
         return img
@@ -274,38 +284,47 @@ class Decoder:
     def _checked(self, path, has_exif):
         """Reads and decodes; returns (image, reason). May raise on corrupt data."""
         contents = tf.io.read_file(path)
-        fmt = sniff(contents)
-        h, w = header_size(contents, fmt, self.use_tfio)
+        if self.only is not None:
+            fmt = tf.constant(self.only, tf.int32)
+            if self.only == JPEG:
+                s = tf.cast(tf.image.extract_jpeg_shape(contents), tf.int64)
+                h, w = s[0], s[1]
+            else:
+                h, w = header_size(contents, fmt, self.use_tfio)
+            unsupported = tf.constant(False)
+        else:
+            fmt = sniff(contents)
+            h, w = header_size(contents, fmt, self.use_tfio)
+            unsupported = (fmt == UNKNOWN) | ((fmt >= WEBP) & (not self.use_tfio))
         too_big = h * w > self.max_pixels
-        unsupported = (fmt == UNKNOWN) | ((fmt >= WEBP) & (not self.use_tfio))
-        reason = tf.where(
-            too_big,
-            tf.strings.format("header claims {}x{} pixels > max_pixels={}",
-                              (w, h, self.max_pixels)),
-            "")
-        name = tf.gather(tf.constant(FORMAT_NAMES), fmt)
-        reason = tf.where(unsupported & (fmt != UNKNOWN), tf.strings.join(
-            [name, " needs tensorflow-io, which this graph was built without"]), reason)
-        reason = tf.where(fmt == UNKNOWN, diagnose(contents, fmt), reason)
-        img = tf.cond(tf.strings.length(reason) > 0, self.placeholder,
-                      lambda: self._decode(contents, fmt, has_exif))
-        return img, reason
+
+        def why():  # only runs for a bad file
+            name = tf.gather(tf.constant(FORMAT_NAMES), fmt)
+            reason = tf.strings.format("header claims {}x{} pixels > max_pixels={}",
+                                       (w, h, self.max_pixels))
+            reason = tf.where(unsupported, tf.strings.join(
+                [name, " needs tensorflow-io, which this graph was built without"]), reason)
+            return self.placeholder(), tf.where(fmt == UNKNOWN, diagnose(contents, fmt), reason)
+
+        return tf.cond(too_big | unsupported, why,
+                       lambda: (self._decode(contents, fmt, has_exif), tf.constant("")))
 
     def load(self, path, has_exif, pre_error):
         """Path -> (uint8 image [h, w, channels], reason str; "" when good).
 
-        Never raises for a bad or vanished file.
+        Faults found before decoding (pre_error from the index, unknown
+        format, header over ``max_pixels``) give a reason and a 1x1
+        placeholder. A decoder that fails on corrupt data raises, as do
+        read errors; the assemble stage catches those with
+        ``ignore_errors`` and names the file by its position (see
+        ``pipeline.build``), so this hot path carries no per-element
+        exception machinery.
         """
-        def run():
-            one = tf.data.Dataset.from_tensors((path, has_exif))
-            primary = one.map(self._checked).ignore_errors()
-            secondary = one.map(lambda p, e: (self.placeholder(), diagnose(
-                tf.io.read_file(p), sniff(tf.io.read_file(p))))).ignore_errors()
-            last = tf.data.Dataset.from_tensors(
-                (self.placeholder(), tf.constant("unreadable file")))
-            return primary.concatenate(secondary).concatenate(last).take(1).get_single_element()
-
-        img, reason = tf.cond(tf.strings.length(pre_error) > 0,
-                              lambda: (self.placeholder(), pre_error), run)
+        if not self.pre_errors:  # the index found no bad file: no check needed
+            img, reason = self._checked(path, has_exif)
+        else:
+            img, reason = tf.cond(tf.strings.length(pre_error) > 0,
+                                  lambda: (self.placeholder(), pre_error),
+                                  lambda: self._checked(path, has_exif))
         img.set_shape([None, None, self.channels])
         return img, reason

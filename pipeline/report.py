@@ -1,0 +1,217 @@
+"""``pipeline.scan``: one parallel pass that reports what a dataset holds.
+
+Run it before a long training job: it decodes every file with the same
+in-graph decoder the factories use (so what it calls bad is exactly what
+``on_error`` would meet), in parallel, with a progress bar.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import sys
+from typing import Dict, List, Optional
+
+from absl import flags
+
+from pipeline import cli
+
+# Bucket upper bounds: file sizes in bytes, image sides in pixels.
+BYTE_BUCKETS = (0, 1 << 10, 10 << 10, 100 << 10, 1 << 20, 10 << 20)
+SIDE_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def _bucket_label_bytes(b: int) -> str:
+    for hi in BYTE_BUCKETS:
+        if b <= hi:
+            return f"<= {_human(hi)}"
+    return f"> {_human(BYTE_BUCKETS[-1])}"
+
+
+def _bucket_label_side(s: int) -> str:
+    for hi in SIDE_BUCKETS:
+        if s <= hi:
+            return f"<= {hi}px"
+    return f"> {SIDE_BUCKETS[-1]}px"
+
+
+def _human(b: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if b < 1024 or unit == "GB":
+            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.0f} {unit}"
+        b /= 1024
+    return str(b)
+
+
+@dataclasses.dataclass
+class ScanReport:
+    """What ``scan`` found.
+
+    Attributes:
+        num_files: int, files indexed.
+        num_ok: int, files that decode.
+        per_class: {class name: number of files} (or {} without classes).
+        per_format: {format (sniffed from content): number of files}.
+        file_bytes_histogram: {bucket label: count}, file sizes in bytes.
+        max_side_histogram: {bucket label: count}, the larger image side in
+            pixels (decodable files only).
+        extension_mismatches: list of {"path", "extension", "format"}.
+        bad_files: list of {"path", "reason"}.
+        total_bytes: int, sum of file sizes.
+    """
+    num_files: int
+    num_ok: int
+    per_class: Dict[str, int]
+    per_format: Dict[str, int]
+    file_bytes_histogram: Dict[str, int]
+    max_side_histogram: Dict[str, int]
+    extension_mismatches: List[dict]
+    bad_files: List[dict]
+    total_bytes: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, **kw)
+
+    def table(self) -> str:
+        """A readable multi-section text report."""
+        out = [f"files: {self.num_files}  decodable: {self.num_ok}  bad: {len(self.bad_files)}  "
+               f"total size: {_human(self.total_bytes)}"]
+
+        def section(title, mapping):
+            if not mapping:
+                return
+            out.append(f"\n{title}")
+            width = max(len(str(k)) for k in mapping)
+            for k, v in mapping.items():
+                out.append(f"  {str(k):<{width}}  {v:>7}")
+
+        section("per class", self.per_class)
+        section("per format (by content)", self.per_format)
+        section("file size", self.file_bytes_histogram)
+        section("larger side", self.max_side_histogram)
+        if self.extension_mismatches:
+            out.append(f"\nextension mismatches ({len(self.extension_mismatches)}; decoded by content)")
+            for m in self.extension_mismatches:
+                out.append(f"  {m['path']}: named {m['extension']}, is {m['format']}")
+        if self.bad_files:
+            out.append(f"\nbad files ({len(self.bad_files)})")
+            for b in self.bad_files:
+                out.append(f"  {b['path']}: {b['reason']}")
+        return "\n".join(out)
+
+    def __str__(self):
+        return self.table()
+
+    def _repr_html_(self):
+        import html
+        return "<pre>" + html.escape(self.table()) + "</pre>"
+
+
+def _index_for(source, follow_links=False):
+    from pipeline import index as index_lib
+    if isinstance(source, (list, tuple)):
+        return index_lib.index_paths(list(source))
+    source = os.fspath(source)
+    if os.path.isfile(source) and source.lower().endswith((".csv", ".jsonl", ".json")):
+        from pipeline import manifest  # provided by the manifest source
+        return manifest.index_manifest(source)
+    if os.path.isdir(source):
+        has_dirs = any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(source))
+        return index_lib.index_directory(source, "inferred" if has_dirs else None,
+                                         follow_links=follow_links)
+    return index_lib.index_directory(source)  # raises the not-found error
+
+
+def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[int] = None,
+         follow_links: bool = False, progress: bool = True) -> ScanReport:
+    """Scans a folder, a manifest or a list of paths in one parallel pass.
+
+    Every file is read and decoded with the factories' in-graph decoder (header
+    guard included), in parallel; nothing is kept but its shape.
+
+    Args:
+        source: a class-folder directory (or a flat folder), a manifest
+            (.csv / .jsonl) or a list of paths.
+        max_pixels: int, header limit (default 178,956,970, Pillow's).
+        num_parallel_calls: decode parallelism (default 2x the cores).
+        follow_links: follow linked folders (loop-safe).
+        progress: show a tqdm progress bar.
+
+    Returns:
+        A ``ScanReport``.
+
+    Raises:
+        FileNotFoundError: ``source`` does not exist.
+        ValueError: ``source`` holds no image files.
+    """
+    import tensorflow as tf
+    from tqdm.auto import tqdm
+
+    from pipeline import build as build_lib
+    from pipeline import config, decode
+
+    opts = config.make_options(max_pixels=max_pixels or config.DEFAULT_MAX_PIXELS,
+                               num_parallel_calls=num_parallel_calls)
+    idx = _index_for(source, follow_links)
+    use_tfio, exif = build_lib._needs_tfio(idx, opts)
+    decoder = decode.Decoder(3, opts.max_pixels, True, use_tfio=use_tfio, exif_in_graph=exif)
+
+    def probe(path, has_exif, pre_error):
+        image, reason = decoder.load(path, has_exif, pre_error)
+        return tf.shape(image)[:2], reason
+
+    ds = tf.data.Dataset.from_tensor_slices((
+        idx.paths, [i.has_exif for i in idx.infos], [i.error for i in idx.infos]))
+    ds = ds.map(probe, num_parallel_calls=opts.parallelism, deterministic=True)
+    o = tf.data.Options()
+    o.autotune.enabled = False
+    ds = ds.prefetch(16).with_options(o)
+
+    bad, sides = [], collections.Counter()
+    for k, (shape, reason) in enumerate(tqdm(ds.as_numpy_iterator(), total=len(idx),
+                                             unit="file", desc="scan", disable=not progress,
+                                             file=sys.stderr)):
+        reason = reason.decode("utf-8", "replace")
+        if reason:
+            bad.append({"path": idx.paths[k], "reason": reason})
+        else:
+            sides[_bucket_label_side(int(max(shape)))] += 1
+    per_class = {}
+    if idx.class_names and idx.labels is not None:
+        counts = collections.Counter(idx.labels)
+        per_class = {c: counts.get(i, 0) for i, c in enumerate(idx.class_names)}
+    per_format = collections.Counter(i.format or "unknown" for i in idx.infos)
+    byte_hist = collections.Counter(_bucket_label_bytes(max(i.size, 0)) for i in idx.infos)
+    order_b = [f"<= {_human(b)}" for b in BYTE_BUCKETS] + [f"> {_human(BYTE_BUCKETS[-1])}"]
+    order_s = [f"<= {s}px" for s in SIDE_BUCKETS] + [f"> {SIDE_BUCKETS[-1]}px"]
+    mism = [{"path": i.path, "extension": os.path.splitext(i.path)[1], "format": i.format}
+            for i in idx.infos if i.ext_mismatch]
+    return ScanReport(
+        num_files=len(idx), num_ok=len(idx) - len(bad), per_class=per_class,
+        per_format=dict(per_format.most_common()),
+        file_bytes_histogram={k: byte_hist[k] for k in order_b if byte_hist[k]},
+        max_side_histogram={k: sides[k] for k in order_s if sides[k]},
+        extension_mismatches=mism, bad_files=bad,
+        total_bytes=sum(max(i.size, 0) for i in idx.infos))
+
+
+@cli.command("scan")
+def cmd_scan(argv):
+    """python -m pipeline scan SOURCE [--json_out=FILE] [--max_pixels=N]."""
+    from absl import app
+    FLAGS = flags.FLAGS
+    if len(argv) != 2:
+        raise app.UsageError(f"usage: python -m pipeline scan SOURCE [--flags]. Received: {argv[1:]!r}")
+    report = scan(argv[1], max_pixels=FLAGS.max_pixels, follow_links=FLAGS.follow_links,
+                  progress=FLAGS.progress)
+    print(report.table())
+    if FLAGS.json_out:
+        with open(FLAGS.json_out, "w") as f:
+            f.write(report.to_json(indent=2))
+        print(f"wrote {FLAGS.json_out}")
+    return 0
