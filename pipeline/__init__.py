@@ -1,7 +1,7 @@
 """pipeline: fast, flat-memory, honest TensorFlow input pipelines from file paths.
 
 Public API (see ``API.md`` in the project's shared folder and README.md):
-``from_directory``, ``from_paths``, ``errors``.
+``from_directory``, ``from_paths``, ``errors``, ``Augment``, ``profile``.
 """
 
 import os as _os
@@ -11,6 +11,7 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from pipeline.badfiles import ErrorBudgetExceeded, ErrorRecord, errors  # noqa: E402
 from pipeline.sources import from_directory, from_paths  # noqa: E402
 from pipeline.augment import Augment  # noqa: E402
+from pipeline.profile import profile  # noqa: E402  (the function; module: pipeline.profile)
 
 __version__ = "0.1.0"
 
