@@ -181,22 +181,26 @@ class ProfileReport:
 
 # --------------------------------------------------------------- measuring
 def _time_reduce(ds: tf.data.Dataset, n: int, warmup: int):
-    """(wall seconds, process CPU seconds) to pull ``n`` elements after ``warmup``.
+    """(wall seconds, process CPU seconds, count) for ~``n`` elements after ``warmup``.
 
-    Elements are scalars, pulled in batches of 64 (little Python per element).
-    Not ``Dataset.reduce``: it runs the pipeline inside one op, and a parallel
-    map whose function runs nested datasets (the guarded decoder does) then
-    starves for inter-op threads (measured: slower than sequential).
+    One iterator: the warm-up absorbs its set-up (function instantiation, graph
+    rewrites, thread start), which would otherwise dominate a short run.
+    Elements are scalars pulled in chunks of 8 (little Python per element);
+    ``n`` and ``warmup`` are rounded up to whole chunks. Not ``Dataset.reduce``:
+    it runs the pipeline inside one op, and a parallel map whose function runs
+    nested datasets (the guarded decoder does) then starves for inter-op
+    threads (measured: slower than sequential).
     """
-    def run(d):
-        return sum(int(tf.size(x)) for x in d.batch(64))
-    run(ds.take(max(warmup, 1)))
+    chunk = 8
+    it = iter(ds.batch(chunk))
+    for _ in range(max(1, -(-warmup // chunk))):
+        next(it)
     c, t = time.process_time(), time.perf_counter()
-    got = int(run(ds.take(n)))
+    got = 0
+    for _ in range(-(-n // chunk)):
+        got += int(tf.size(next(it)))
     wall, cpu = time.perf_counter() - t, time.process_time() - c
-    if got != n:
-        raise RuntimeError(f"profile: expected {n} elements, got {got}")
-    return wall, cpu
+    return wall, cpu, got
 
 
 def _single_thread(ds: tf.data.Dataset) -> tf.data.Dataset:
@@ -306,7 +310,8 @@ def _check_pos_int(name, v, minimum=1):
 def profile(source, *, num_elements: int = 200, warmup: int = 10,
             target_images_per_sec: Optional[float] = None, model=None, model_steps: int = 5,
             extra_map: Optional[Callable] = None, profile_dir: Optional[str] = None,
-            profile_batches: int = 3, **options) -> ProfileReport:
+            profile_batches: int = 3, parallel_stages: bool = True,
+            **options) -> ProfileReport:
     """Measures per-stage cost and names the bottleneck of an image pipeline.
 
     Args:
@@ -329,6 +334,10 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
         profile_dir: optional directory: a TensorBoard profiler trace of
             ``profile_batches`` batches of the dataset is written there.
         profile_batches: batches traced (>= 1).
+        parallel_stages: also time every prefix with the dataset's
+            parallelism (``StageCost.images_per_sec``); False roughly halves
+            the profiling time (each pipeline iterator costs set-up) and sets
+            those numbers to NaN.
         **options: factory options when ``source`` is not a dataset.
 
     Returns:
@@ -389,25 +398,40 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
         lambda pe, s: (pe[0], pe[1], s))
     image_size = opts.image_size
 
+    # Each stage is traced once (the guarded decoder is costly to trace) and
+    # called by every prefix that contains it.
+    def stage(fn):
+        return tf.function(fn, autograph=False, reduce_retracing=True)
+
+    read_op = stage(lambda p: tf.io.read_file(p))
+    decode_op = stage(lambda p, e: decoder.load(p, e, tf.constant(""))[0])
+
     def read(p, e, s):
-        return tf.io.read_file(p)
+        return read_op(p)
 
     def decode(p, e, s):
-        return decoder.load(p, e, tf.constant(""))[0]
+        return decode_op(p, e)
 
     stage_fns = [("read", read), ("decode", decode)]
     if image_size is not None:
-        stage_fns.append(("resize", lambda img, p, e, s: transform.resize(
-            img, image_size, opts.resize, opts.interpolation)))
+        resize_op = stage(lambda img: transform.resize(
+            img, image_size, opts.resize, opts.interpolation))
+        stage_fns.append(("resize", lambda img, p, e, s: resize_op(img)))
     if opts.augment is not None:
-        aug = opts.augment
-        stage_fns.append(("augment", lambda img, p, e, s: aug(img, s)))
+        augment_op = stage(opts.augment.__call__)
+        stage_fns.append(("augment", lambda img, p, e, s: augment_op(img, s)))
     if extra_map is not None:
         name = getattr(extra_map, "__name__", "extra_map")
         name = "extra_map" if name == "<lambda>" else name
-        stage_fns.append((name, lambda img, p, e, s: extra_map(img)))
+        extra_op = stage(extra_map)
+        stage_fns.append((name, lambda img, p, e, s: extra_op(img)))
+
+    signature = (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.bool),
+                 tf.TensorSpec([2], tf.int64))
 
     def prefix_fn(k):
+        # Traced once, shared by the single-threaded and the parallel datasets.
+        @tf.function(input_signature=signature, autograph=False)
         def fn(p, e, s):
             x = stage_fns[min(k, 1)][1](p, e, s)  # read, or read+decode
             for _, f in stage_fns[2:k + 1]:
@@ -418,16 +442,22 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
     par = opts.parallelism
     cores = config_lib.cpu_count()
     # Untimed pass over every file: timings are of warm (page-cached) reads.
-    _time_reduce(base.map(lambda p, e, s: tf.strings.length(read(p, e, s))), total, 0)
+    for _ in base.take(len(paths)).map(lambda p, e, s: tf.strings.length(read(p, e, s))).batch(
+            256):
+        pass
     stages, prev = [], 0.0
     for k, (name, _) in enumerate(stage_fns):
         fn = prefix_fn(k)
         single = _single_thread(base.map(lambda p, e, s: _touch(fn(p, e, s))))
-        cum = 1000.0 * _time_reduce(single, num_elements, warmup)[1] / num_elements
-        parallel = _parallel(base.map(lambda p, e, s: _touch(fn(p, e, s)),
-                                      num_parallel_calls=par, deterministic=False),
-                             opts.autotune)
-        ips = num_elements / _time_reduce(parallel, num_elements, warmup)[0]
+        _, cpu, got = _time_reduce(single, num_elements, warmup)
+        cum = 1000.0 * cpu / got
+        ips = float("nan")
+        if parallel_stages:
+            parallel = _parallel(base.map(lambda p, e, s: _touch(fn(p, e, s)),
+                                          num_parallel_calls=par, deterministic=False),
+                                 opts.autotune)
+            wall, _, got = _time_reduce(parallel, num_elements, warmup)
+            ips = got / wall
         stages.append(StageCost(name, max(cum - prev, 0.0), cum, ips))
         prev = max(prev, cum)
 
@@ -438,12 +468,16 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
         batched = batched.map(lambda x: _touch(build_lib.scale(x, opts.dtype, opts.normalize)))
         nb = max(1, -(-num_elements // bs))
         wb = max(1, -(-warmup // bs))
-        cum = 1000.0 * _time_reduce(_single_thread(batched), nb, wb)[1] / (nb * bs)
-        pbatched = base.map(lambda p, e, s: fn(p, e, s), num_parallel_calls=par,
-                            deterministic=False).batch(bs, drop_remainder=True)
-        pbatched = pbatched.map(lambda x: _touch(build_lib.scale(x, opts.dtype,
-                                                                 opts.normalize)))
-        ips = nb * bs / _time_reduce(_parallel(pbatched, opts.autotune), nb, wb)[0]
+        _, cpu, got = _time_reduce(_single_thread(batched), nb, wb)
+        cum = 1000.0 * cpu / (got * bs)
+        ips = float("nan")
+        if parallel_stages:
+            pbatched = base.map(lambda p, e, s: fn(p, e, s), num_parallel_calls=par,
+                                deterministic=False).batch(bs, drop_remainder=True)
+            pbatched = pbatched.map(lambda x: _touch(build_lib.scale(x, opts.dtype,
+                                                                     opts.normalize)))
+            wall, _, got = _time_reduce(_parallel(pbatched, opts.autotune), nb, wb)
+            ips = got * bs / wall
         stages.append(StageCost("batch", max(cum - prev, 0.0), cum, ips))
         prev = max(prev, cum)
     total_ms = sum(s.ms_per_image for s in stages) or 1e-9
@@ -463,7 +497,13 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
     got = 0
     # Batches prefetched while the first one was made would inflate a short
     # measurement: time at least 4x what the prefetch buffer holds.
+    # Timed within the first epoch when it is long enough: a new epoch restarts
+    # the pipeline (shuffle, iterator set-up), which short epochs would
+    # overweight.
     want = max(num_elements, 4 * (opts.prefetch + 1) * (bs or 1))
+    rest_of_epoch = len(idx) - (bs or 1)
+    if rest_of_epoch >= num_elements:
+        want = min(want, rest_of_epoch)
     cpu1, t1 = time.process_time(), time.perf_counter()
     while got < want:
         got += count(next(it))
