@@ -300,4 +300,5 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     ds.file_paths = list(idx.paths)
     ds._pipeline_errors = error_log
     ds._pipeline_index = idx
+    ds._pipeline_options = opts
     return ds
