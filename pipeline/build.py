@@ -13,7 +13,8 @@ README "Speed". ``autotune=True`` turns it back on.
 
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+from typing import Dict, List, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -25,7 +26,32 @@ from pipeline import index as index_lib
 from pipeline import transform
 
 LABEL_DTYPE = {"int": tf.int32, "categorical": tf.float32, "binary": tf.float32,
-               "multi_hot": tf.float32}
+               "multi_hot": tf.float32, "float": tf.float32}
+
+
+@dataclasses.dataclass
+class Records:
+    """Encoded images already read (TFRecord shards): ``build`` decodes from bytes.
+
+    The one switch of ``build``: with ``records``, its input is this dataset of
+    encoded bytes instead of the Index's paths; everything after reading
+    (guarded decode, resize, bad-file policy, cache, batch, dtype, prefetch,
+    options) is the same graph.
+
+    Attributes:
+        dataset: elements ``(contents, label, pre_error, has_exif, path)``,
+            plus ``weight`` (float32) when the Index has weights; already
+            sharded and shuffled by the caller (files, then a bounded buffer).
+        num_examples: int, examples in one epoch.
+        formats: dict, sniffed format name (None = unknown) -> count.
+        has_exif: bool, some JPEG carries EXIF.
+        file_paths: list of str, the image paths when known.
+    """
+    dataset: tf.data.Dataset
+    num_examples: int
+    formats: Dict[Optional[str], int]
+    has_exif: bool
+    file_paths: Optional[List[str]] = None
 
 
 def _needs_tfio(idx: index_lib.Index, opts: config_lib.ImageOptions):
@@ -46,6 +72,8 @@ def _encode_label(label, mode, num_classes):
         return tf.reshape(tf.cast(label, tf.float32), [1])
     if mode == "multi_hot":
         return label  # already a float multi-hot vector
+    if mode == "float":
+        return tf.cast(label, tf.float32)  # regression target(s)
     raise AssertionError(mode)
 
 
@@ -67,9 +95,16 @@ def scale(images, dtype, normalize=None):
 
 
 def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
-          num_classes: Optional[int] = None, subset_name: str = "") -> tf.data.Dataset:
-    """Builds the dataset for one Index (one subset). See ``from_directory``."""
-    n = len(idx)
+          num_classes: Optional[int] = None, subset_name: str = "",
+          records: Optional[Records] = None) -> tf.data.Dataset:
+    """Builds the dataset for one Index (one subset). See ``from_directory``.
+
+    With ``records`` (see ``Records``), elements start from encoded bytes
+    instead of ``idx.paths``; ``idx`` then carries only class names, and
+    ``labels`` / ``weights`` set to ``[]`` when present.
+    With ``idx.weights``, labelled elements are ``(x, y, sample_weight)``.
+    """
+    n = len(idx) if records is None else records.num_examples
     if n == 0:
         raise ValueError(
             f"The {subset_name or 'dataset'} subset is empty: no files to read. "
@@ -94,34 +129,51 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
         logging.warning("pipeline: %d file(s) whose extension disagrees with their content "
                         "are decoded by content, e.g. %s is %s", len(mism), mism[0].path,
                         mism[0].format)
-    use_tfio, exif_in_graph = _needs_tfio(idx, opts)
+    if records is None:
+        use_tfio, exif_in_graph = _needs_tfio(idx, opts)
+    else:
+        exif_in_graph = bool(opts.exif_orientation and records.has_exif)
+        use_tfio = exif_in_graph or any(f not in index_lib.TF_FORMATS for f in records.formats)
     decoder = decode_lib.Decoder(opts.channels, opts.max_pixels, opts.exif_orientation,
                                  use_tfio=use_tfio, exif_in_graph=exif_in_graph)
     error_log = errors_lib.ErrorLog(n, opts.max_errors)
 
-    labels = idx.labels if has_labels else [0] * n
-    ds = tf.data.Dataset.from_tensor_slices((
-        tf.constant(idx.paths, tf.string),
-        tf.constant(labels, tf.int64 if opts.label_mode != "multi_hot" else tf.float32),
-        tf.constant([i.error for i in idx.infos], tf.string),
-        tf.constant([i.has_exif or index_lib.is_remote(i.path) for i in idx.infos], tf.bool),
-    ))
-    # plan: shard (InputContext) before shuffling, shuffle paths, never pixels.
+    has_weights = idx.weights is not None
     ctx = opts.input_context
-    if ctx is not None and ctx.num_input_pipelines > 1:
+    if records is not None:  # the switch: encoded bytes, planned by the caller
+        ds = records.dataset
+        load = decoder.load_bytes
+    else:
+        labels = idx.labels if has_labels else [0] * n
+        cols = (
+            tf.constant(idx.paths, tf.string),
+            tf.constant(labels, tf.float32 if opts.label_mode in ("multi_hot", "float")
+                        else tf.int64),
+            tf.constant([i.error for i in idx.infos], tf.string),
+            tf.constant([i.has_exif or index_lib.is_remote(i.path) for i in idx.infos], tf.bool),
+        )
+        if has_weights:
+            cols += (tf.constant(idx.weights, tf.float32),)
+        ds = tf.data.Dataset.from_tensor_slices(cols)
+        load = decoder.load
+    # plan: shard (InputContext) before shuffling, shuffle paths, never pixels.
+    if records is not None:
+        pass
+    elif ctx is not None and ctx.num_input_pipelines > 1:
         if n >= ctx.num_input_pipelines:
             ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
         else:
             logging.warning("pipeline: %d files < %d input pipelines: every pipeline "
                             "reads all files", n, ctx.num_input_pipelines)
-    if opts.shuffle and opts.cache is None:
+    if opts.shuffle and opts.cache is None and records is None:
         ds = ds.shuffle(n, seed=opts.seed, reshuffle_each_iteration=True)
 
     raise_mode = opts.on_error == "raise"
     image_size = opts.image_size
 
-    def element(path, label, pre_error, has_exif):
-        image, reason = decoder.load(path, has_exif, pre_error)
+    def element(source, label, pre_error, has_exif, *rest):
+        path = rest[0] if records is not None else source
+        image, reason = load(source, has_exif, pre_error)
         if raise_mode:
             check = tf.debugging.Assert(
                 tf.equal(tf.strings.length(reason), 0),
@@ -131,21 +183,23 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
         if image_size is not None:
             image = transform.resize(image, image_size, opts.resize, opts.interpolation)
         y = _encode_label(label, opts.label_mode, num_classes) if has_labels else label
-        return image, y, path, reason
+        return (image, y, path, reason) + ((rest[-1],) if has_weights else ())
 
     ds = ds.map(element, num_parallel_calls=opts.parallelism,
                 deterministic=opts.is_deterministic)
     if not raise_mode:
-        def keep(image, y, path, reason):
+        def keep(image, y, path, reason, *w):
             return tf.cond(tf.equal(tf.strings.length(reason), 0),
                            lambda: tf.constant(True),
                            lambda: tf.py_function(error_log._record_tensor,  # rare path
                                                   [path, reason], tf.bool))
         ds = ds.filter(keep)
-    if has_labels:
-        ds = ds.map(lambda image, y, path, reason: (image, y))
+    if has_labels and has_weights:
+        ds = ds.map(lambda image, y, path, reason, w: (image, y, w))
+    elif has_labels:
+        ds = ds.map(lambda image, y, path, reason, *w: (image, y))
     else:
-        ds = ds.map(lambda image, y, path, reason: image)
+        ds = ds.map(lambda image, y, path, reason, *w: image)
 
     if opts.cache is not None:
         ds = ds.cache("" if opts.cache == "memory" else str(opts.cache))
@@ -159,7 +213,7 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
         ds = ds.batch(batch_size, drop_remainder=opts.drop_remainder)
     if opts.dtype != tf.uint8:
         if has_labels:
-            ds = ds.map(lambda x, y: (scale(x, opts.dtype, opts.normalize), y))
+            ds = ds.map(lambda x, *yw: (scale(x, opts.dtype, opts.normalize),) + yw)
         else:
             ds = ds.map(lambda x: scale(x, opts.dtype, opts.normalize))
     if opts.prefetch:
@@ -175,7 +229,7 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     ds = ds.with_options(options)
 
     ds.class_names = list(idx.class_names) if idx.class_names else None
-    ds.file_paths = list(idx.paths)
+    ds.file_paths = list(idx.paths) if records is None else records.file_paths
     ds._pipeline_errors = error_log
     ds._pipeline_index = idx
     return ds

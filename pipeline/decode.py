@@ -273,7 +273,10 @@ class Decoder:
 
     def _checked(self, path, has_exif):
         """Reads and decodes; returns (image, reason). May raise on corrupt data."""
-        contents = tf.io.read_file(path)
+        return self._checked_bytes(tf.io.read_file(path), has_exif)
+
+    def _checked_bytes(self, contents, has_exif):
+        """Decodes encoded bytes; returns (image, reason). May raise on corrupt data."""
         fmt = sniff(contents)
         h, w = header_size(contents, fmt, self.use_tfio)
         too_big = h * w > self.max_pixels
@@ -296,11 +299,23 @@ class Decoder:
 
         Never raises for a bad or vanished file.
         """
+        return self._guarded(path, has_exif, pre_error, self._checked, tf.io.read_file)
+
+    def load_bytes(self, contents, has_exif, pre_error):
+        """Encoded bytes (e.g. from a TFRecord) -> (uint8 image [h, w, channels], reason).
+
+        Same checks, reasons and fallbacks as ``load``; nothing is read from disk.
+        """
+        return self._guarded(contents, has_exif, pre_error, self._checked_bytes,
+                             lambda c: c)
+
+    def _guarded(self, source, has_exif, pre_error, checked, read):
+        """Runs ``checked(source, has_exif)`` under the nested ignore_errors fallback."""
         def run():
-            one = tf.data.Dataset.from_tensors((path, has_exif))
-            primary = one.map(self._checked).ignore_errors()
+            one = tf.data.Dataset.from_tensors((source, has_exif))
+            primary = one.map(checked).ignore_errors()
             secondary = one.map(lambda p, e: (self.placeholder(), diagnose(
-                tf.io.read_file(p), sniff(tf.io.read_file(p))))).ignore_errors()
+                read(p), sniff(read(p))))).ignore_errors()
             last = tf.data.Dataset.from_tensors(
                 (self.placeholder(), tf.constant("unreadable file")))
             return primary.concatenate(secondary).concatenate(last).take(1).get_single_element()
