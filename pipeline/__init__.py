@@ -12,10 +12,11 @@ from pipeline.badfiles import ErrorBudgetExceeded, ErrorRecord, errors  # noqa: 
 from pipeline.sources import from_directory, from_paths  # noqa: E402
 from pipeline.manifest import from_manifest  # noqa: E402
 from pipeline.npy import from_npy_shards  # noqa: E402
+from pipeline.generator import from_generator  # noqa: E402
 from pipeline.shards import from_tfrecords, write_tfrecords  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["from_directory", "from_paths", "from_manifest", "from_npy_shards", "from_tfrecords",
+__all__ = ["from_directory", "from_paths", "from_manifest", "from_npy_shards", "from_generator", "from_tfrecords",
            "write_tfrecords", "errors", "ErrorRecord",
            "ErrorBudgetExceeded", "__version__"]
