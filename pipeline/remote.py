@@ -22,10 +22,6 @@ from pipeline import config
 from pipeline import index as index_lib
 
 TFIO_SCHEMES = ("s3", "hdfs", "viewfs", "az", "http", "https")
-_NOT_FOUND_HINT = (
-    " (hint: for s3:// URIs, tensorflow-io must be installed and imported, and "
-    "S3_ENDPOINT must carry its scheme, e.g. http://host:port; without it TensorFlow "
-    "answers s3:// paths with NotFoundError)")
 
 
 def scheme(uri: str) -> str:
@@ -43,11 +39,23 @@ def ensure_filesystem(uri: str) -> None:
 
 
 def hint(error: Exception, uri: str) -> str:
-    """A NotFoundError message, plus a hint for s3:// when tensorflow-io is not loaded."""
+    """``error``'s message plus a hint for the usual s3:// misconfigurations (see NOTES.md).
+
+    Without tensorflow-io imported, TensorFlow answers ``s3://`` paths with
+    ``NotFoundError``; so it does when ``S3_ENDPOINT`` lacks its scheme.
+    """
+    import os
     import sys
     msg = str(error)
-    if scheme(uri) == "s3" and "tensorflow_io" not in sys.modules:
-        msg += _NOT_FOUND_HINT
+    if scheme(uri) != "s3":
+        return msg
+    if "tensorflow_io" not in sys.modules:
+        msg += (" (hint: s3:// needs tensorflow-io imported (`import tensorflow_io`); "
+                "without it TensorFlow answers s3:// paths with NotFoundError)")
+    endpoint = os.environ.get("S3_ENDPOINT", "")
+    if endpoint and "://" not in endpoint:
+        msg += (f" (hint: S3_ENDPOINT={endpoint!r} has no scheme; use e.g. "
+                f"'http://{endpoint}' with S3_USE_HTTPS=0)")
     return msg
 
 
