@@ -1,7 +1,9 @@
 """pipeline: fast, flat-memory, honest TensorFlow input pipelines from file paths.
 
 Public API (see ``API.md`` in the project's shared folder and README.md):
-``from_directory``, ``from_paths``, ``errors``, ``scan``, ``Augment``, ``profile``.
+dataset factories ``from_directory``, ``from_paths``, ``from_manifest``,
+``from_npy_shards``, ``from_generator``, ``from_tfrecords``; ``write_tfrecords``;
+``errors``, ``scan``, ``Augment``, ``profile``.
 """
 
 import os as _os
@@ -11,11 +13,16 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from pipeline.badfiles import ErrorBudgetExceeded, ErrorRecord, errors  # noqa: E402
 from pipeline.report import ScanReport, scan  # noqa: E402
 from pipeline.sources import from_directory, from_paths  # noqa: E402
+from pipeline.manifest import from_manifest  # noqa: E402
+from pipeline.npy import from_npy_shards  # noqa: E402
+from pipeline.generator import from_generator  # noqa: E402
+from pipeline.shards import from_tfrecords, write_tfrecords  # noqa: E402
 from pipeline.augment import Augment  # noqa: E402
 from pipeline.profiling import ProfileReport, profile  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["from_directory", "from_paths", "errors", "scan", "ScanReport", "ErrorRecord",
-           "Augment", "profile", "ProfileReport",
-           "ErrorBudgetExceeded", "__version__"]
+__all__ = ["from_directory", "from_paths", "from_manifest", "from_npy_shards",
+           "from_generator", "from_tfrecords", "write_tfrecords", "errors", "ErrorRecord",
+           "ErrorBudgetExceeded", "scan", "ScanReport", "Augment", "profile", "ProfileReport",
+           "__version__"]

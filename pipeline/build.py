@@ -13,7 +13,8 @@ README "Speed". ``autotune=True`` turns it back on.
 
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+from typing import Dict, List, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -25,7 +26,32 @@ from pipeline import index as index_lib
 from pipeline import transform
 
 LABEL_DTYPE = {"int": tf.int32, "categorical": tf.float32, "binary": tf.float32,
-               "multi_hot": tf.float32}
+               "multi_hot": tf.float32, "float": tf.float32}
+
+
+@dataclasses.dataclass
+class Records:
+    """Encoded images already read (TFRecord shards): ``build`` decodes from bytes.
+
+    The one switch of ``build``: with ``records``, its input is this dataset of
+    encoded bytes instead of the Index's paths; everything after reading
+    (guarded decode, resize, bad-file policy, cache, batch, dtype, prefetch,
+    options) is the same graph.
+
+    Attributes:
+        dataset: elements ``(contents, label, pre_error, has_exif, path)``,
+            plus ``weight`` (float32) when the Index has weights; already
+            sharded and shuffled by the caller (files, then a bounded buffer).
+        num_examples: int, examples in one epoch.
+        formats: dict, sniffed format name (None = unknown) -> count.
+        has_exif: bool, some JPEG carries EXIF.
+        file_paths: list of str, the image paths when known.
+    """
+    dataset: tf.data.Dataset
+    num_examples: int
+    formats: Dict[Optional[str], int]
+    has_exif: bool
+    file_paths: Optional[List[str]] = None
 
 
 def _needs_tfio(idx: index_lib.Index, opts: config_lib.ImageOptions):
@@ -46,6 +72,8 @@ def _encode_label(label, mode, num_classes):
         return tf.reshape(tf.cast(label, tf.float32), [1])
     if mode == "multi_hot":
         return label  # already a float multi-hot vector
+    if mode == "float":
+        return tf.cast(label, tf.float32)  # regression target(s)
     raise AssertionError(mode)
 
 
@@ -66,135 +94,165 @@ def scale(images, dtype, normalize=None):
     return tf.cast(x, dtype)
 
 
-# Plan rows travel in chunks of this many; a file whose decoder raised is
-# named from its chunk's and the previous chunk's rows, so up to this many
+# Plan elements travel in chunks of this many; a file whose decoder raised is
+# named from its chunk's and the previous chunk's keys, so at least this many
 # files in a row can fail and still be named individually.
 CHUNK = 64
 _SENTINEL = "\x00end-of-epoch"
 
 
-def _decode_stage(plan, paths_table, decoder, opts, error_log, encode_label, label0):
-    """(row, label, pre_error, has_exif) -> (image, label) with the bad-file policy.
+class _Source:
+    """What the decode stage reads: rows of a path table, or stored records.
+
+    Plan elements are ``(key, label, pre_error, has_exif, contents, weight)``:
+    for files ``key`` is the row (int64) in ``paths`` and ``contents`` is
+    empty; for records ``key`` is the stored path (str) and ``contents`` the
+    encoded bytes.
+    """
+
+    def __init__(self, decoder, paths_table=None):
+        self.decoder = decoder
+        self.paths_table = paths_table
+        self.records = paths_table is None
+        self.empty_key = tf.constant("" if self.records else -1,
+                                     tf.string if self.records else tf.int64)
+
+    def name(self, key):
+        if self.records:  # key: path + NUL + the reason if its decoder fails
+            return tf.strings.split(key, "\x00")[0]
+        return tf.gather(self.paths_table, tf.maximum(key, 0))
+
+    def load(self, key, pre_error, has_exif, contents):
+        if self.records:
+            return self.decoder.load_bytes(contents, has_exif, pre_error)
+        return self.decoder.load(self.name(key), has_exif, pre_error)
+
+    def why_failed(self, key):
+        """In-graph reason for a file whose decoder raised (reads it again)."""
+        if self.records:
+            return tf.strings.split(key, "\x00")[-1]
+        contents = tf.io.read_file(self.name(key))
+        return decode_lib.diagnose(contents, decode_lib.sniff(contents))
+
+    def why_failed_py(self, key) -> str:
+        if self.records:
+            return key.decode("utf-8", "replace").split("\x00")[-1]
+        return diagnose_file(self.key_to_name_py(key))
+
+    def key_to_name_py(self, key) -> str:
+        if self.records:
+            return key.decode("utf-8", "replace").split("\x00")[0]
+        return self.paths_table[max(int(key), 0)].numpy().decode("utf-8", "replace")
+
+
+def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel):
+    """Plan elements -> ``(image, label, weight)`` with the bad-file policy.
 
     How a decoder exception is attributed to its file without per-element
-    exception handling (which costs ~30% here): the plan is cut into chunks
-    of ``CHUNK`` rows, each element gets its position in the epoch and the
-    rows of its own and the previous chunk (one ``scan`` call per chunk), and
-    an end-of-epoch sentinel follows the last element. The parallel decode
-    map keeps order; ``ignore_errors`` drops an element whose decoder raised;
-    a vectorised check on internal chunks of decoded elements sees the gap in
-    positions and looks the missing rows up. Those files are then raised
-    (``on_error="raise"``) or recorded and skipped (``"skip"``), with the
-    reason diagnosed from their bytes. Besides the parallel map, only one
-    function call per ``CHUNK`` elements runs on the consumer thread.
+    exception handling (a nested dataset per element cost ~30% here): the plan
+    is cut into chunks of ``CHUNK``; each element gets its position in the
+    epoch and the keys of its own and the previous chunk (one ``scan`` call
+    per chunk); an end-of-epoch sentinel follows the last element. The
+    parallel decode map keeps order; ``ignore_errors`` drops an element whose
+    decoder raised; a vectorised check on chunks of decoded elements sees the
+    gap in positions and looks the missing keys up. Those files are then
+    raised (``on_error="raise"``) or recorded and skipped (``"skip"``), with
+    the reason diagnosed from their bytes. Besides the parallel map, only one
+    function call per chunk runs on the consumer thread.
     """
     raise_mode = opts.on_error == "raise"
     image_size = opts.image_size
     K = CHUNK
-    ds = plan.concatenate(tf.data.Dataset.from_tensors(
-        (tf.constant(-1, tf.int64), label0, tf.constant(_SENTINEL), tf.constant(False))))
-    ds = ds.batch(K)
+    ds = plan.concatenate(tf.data.Dataset.from_tensors(sentinel)).batch(K)
+    empty = source.empty_key
 
     def remember(state, chunk):
         index, prev = state
-        rows, label, pre_error, has_exif = chunk
-        b = tf.shape(rows, out_type=tf.int64)[0]
-        padded = tf.concat([rows, tf.fill([K - b], tf.constant(-1, tf.int64))], 0)
+        keys = chunk[0]
+        b = tf.shape(keys, out_type=tf.int64)[0]
+        padded = tf.concat([keys, tf.fill([K - b], empty)], 0)
         window = tf.concat([prev, padded], 0)  # positions (index-1)*K ... (index+1)*K-1
         pos = index * K + tf.range(b)
-        windows = tf.tile(window[None], [b, 1])
-        return (index + 1, padded), (pos, windows, rows, label, pre_error, has_exif)
+        return (index + 1, padded), (pos, tf.tile(window[None], [b, 1])) + tuple(chunk)
 
-    ds = ds.scan((tf.constant(0, tf.int64), tf.fill([K], tf.constant(-1, tf.int64))), remember)
-    ds = ds.unbatch()
+    ds = ds.scan((tf.constant(0, tf.int64), tf.fill([K], empty)), remember).unbatch()
 
-    def element(pos, window, row, label, pre_error, has_exif):
-        path = tf.gather(paths_table, tf.maximum(row, 0))
-        image, reason = decoder.load(path, has_exif, pre_error)
+    def element(pos, window, key, label, pre_error, has_exif, contents, weight):
+        image, reason = tf.cond(
+            tf.equal(pre_error, _SENTINEL),
+            lambda: (source.decoder.placeholder(), tf.constant(_SENTINEL)),
+            lambda: source.load(key, pre_error, has_exif, contents))
+        image.set_shape([None, None, opts.channels])
         if image_size is not None:
             image = transform.resize(image, image_size, opts.resize, opts.interpolation)
-        return image, encode_label(label), pos, window, row, reason
+        return image, encode_label(label), weight, pos, window, key, reason
 
     # Order is kept here (the gap check needs it); `deterministic` applies to
     # the other stages through tf.data.Options.
     ds = ds.map(element, num_parallel_calls=opts.parallelism, deterministic=True)
     ds = ds.ignore_errors()
     # Variable-size (native) images cannot be batched: check them one by one.
-    k_check = K if image_size is not None else 1
-    ds = ds.batch(k_check)
+    ds = ds.batch(K if image_size is not None else 1)
 
     def check(last, batch):
-        image, y, pos, window, row, reason = batch
+        image, y, weight, pos, window, key, reason = batch
         prev = tf.concat([tf.reshape(last, [1]), pos[:-1]], 0)
         missing = pos - prev - 1                       # files lost before each element
-        sentinel = tf.equal(reason, _SENTINEL)
-        bad = tf.logical_and(tf.strings.length(reason) > 0, tf.logical_not(sentinel))
-        keep = tf.logical_not(tf.logical_or(bad, sentinel))
-        trouble = tf.reduce_any(missing > 0) | tf.reduce_any(bad)
+        sentinel_ = tf.equal(reason, _SENTINEL)
+        bad = tf.logical_and(tf.strings.length(reason) > 0, tf.logical_not(sentinel_))
+        keep = tf.logical_not(tf.logical_or(bad, sentinel_))
+        any_lost = tf.reduce_any(missing > 0)
 
-        def lost_rows():
-            """Rows of every missing position in this chunk (-2: out of the window)."""
+        def lost_keys():
+            """Keys of every missing position in this chunk, and how many are missing."""
             q = tf.ragged.range(prev + 1, pos)          # missing positions per element
             i = q.value_rowids()
-            qv = q.flat_values
-            j = qv - (tf.gather(pos, i) // K - 1) * K
-            inside = j >= 0
-            rows = tf.gather_nd(window, tf.stack([i, tf.maximum(j, 0)], 1))
-            return tf.where(inside, rows, -2), tf.reduce_sum(missing)
+            j = q.flat_values - (tf.gather(pos, i) // K - 1) * K
+            keys = tf.gather_nd(window, tf.stack([i, tf.maximum(j, 0)], 1))
+            return tf.boolean_mask(keys, j >= 0), tf.reduce_sum(missing)
 
         if raise_mode:
             def fail():
                 def gap_msg():
-                    rows, _ = lost_rows()
-                    first = tf.gather(paths_table, tf.maximum(rows[0], 0))
-                    contents = tf.io.read_file(first)
-                    return tf.strings.join(["pipeline: cannot load file ", first, " (",
-                                            decode_lib.diagnose(contents, decode_lib.sniff(contents)),
-                                            ")"])
+                    keys, _ = lost_keys()
+                    return tf.strings.join(["pipeline: cannot load file ", source.name(keys[0]),
+                                            " (", source.why_failed(keys[0]), ")"])
 
                 def bad_msg():
                     i = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
                     return tf.strings.join(["pipeline: cannot load file ",
-                                            tf.gather(paths_table, row[i]), " (", reason[i], ")"])
+                                            source.name(key[i]), " (", reason[i], ")"])
 
-                msg = tf.cond(tf.reduce_any(missing > 0), gap_msg, bad_msg)
-                ok = tf.debugging.Assert(False, [msg])
+                ok = tf.debugging.Assert(False, [tf.cond(any_lost, gap_msg, bad_msg)])
                 with tf.control_dependencies([ok]):
                     return tf.identity(keep)
         else:
-            def record(rows, count, bad_rows, bad_reasons):  # rare path: bad files only
-                rows = rows.numpy().tolist()
-                for r in rows:
-                    if r >= 0:
-                        p = paths_table[r].numpy().decode("utf-8", "replace")
-                        error_log.add(p, diagnose_file(p))
-                unnamed = int(count) - len([r for r in rows if r >= 0])
-                if unnamed:
-                    error_log.add(f"<{unnamed} unnamed file(s)>",
+            def record(keys, count, bad_keys, bad_reasons):  # rare path: bad files only
+                keys = keys.numpy().tolist()
+                for k in keys:
+                    error_log.add(source.key_to_name_py(k), source.why_failed_py(k))
+                if int(count) > len(keys):
+                    error_log.add(f"<{int(count) - len(keys)} unnamed file(s)>",
                                   "decoder failed; more files in a row failed than "
                                   f"the {K}-file window can name")
-                for r, why in zip(bad_rows.numpy().tolist(), bad_reasons.numpy().tolist()):
-                    error_log.add(paths_table[r].numpy().decode("utf-8", "replace"),
-                                  why.decode("utf-8", "replace"))
+                for k, why in zip(bad_keys.numpy().tolist(), bad_reasons.numpy().tolist()):
+                    error_log.add(source.key_to_name_py(k), why.decode("utf-8", "replace"))
                 return True
 
             def fail():
-                def lost():
-                    return lost_rows()
-
-                rows, count = tf.cond(tf.reduce_any(missing > 0), lost,
-                                      lambda: (tf.zeros([0], tf.int64), tf.constant(0, tf.int64)))
-                done = tf.py_function(record, [rows, count, tf.boolean_mask(row, bad),
+                keys, count = tf.cond(any_lost, lost_keys, lambda: (
+                    tf.zeros([0], empty.dtype), tf.constant(0, tf.int64)))
+                done = tf.py_function(record, [keys, count, tf.boolean_mask(key, bad),
                                                tf.boolean_mask(reason, bad)], tf.bool)
                 with tf.control_dependencies([done]):
                     return tf.identity(keep)
 
-        keep = tf.cond(trouble, fail, lambda: keep)
-        return pos[-1], tf.cond(tf.reduce_all(keep), lambda: (image, y), lambda: (
-            tf.boolean_mask(image, keep), tf.boolean_mask(y, keep)))
+        keep = tf.cond(any_lost | tf.reduce_any(bad), fail, lambda: keep)
+        out = (image, y, weight)
+        return pos[-1], tf.cond(tf.reduce_all(keep), lambda: out,
+                                lambda: tuple(tf.boolean_mask(t, keep) for t in out))
 
-    ds = ds.scan(tf.constant(-1, tf.int64), check)
-    return ds.unbatch()
+    return ds.scan(tf.constant(-1, tf.int64), check).unbatch()
 
 
 def diagnose_file(path: str) -> str:
@@ -208,9 +266,16 @@ def diagnose_file(path: str) -> str:
 
 
 def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
-          num_classes: Optional[int] = None, subset_name: str = "") -> tf.data.Dataset:
-    """Builds the dataset for one Index (one subset). See ``from_directory``."""
-    n = len(idx)
+          num_classes: Optional[int] = None, subset_name: str = "",
+          records: Optional[Records] = None) -> tf.data.Dataset:
+    """Builds the dataset for one Index (one subset). See ``from_directory``.
+
+    With ``records`` (see ``Records``), elements start from encoded bytes
+    instead of ``idx.paths``; ``idx`` then carries only class names, and
+    ``labels`` / ``weights`` set to ``[]`` when present.
+    With ``idx.weights``, labelled elements are ``(x, y, sample_weight)``.
+    """
+    n = len(idx) if records is None else records.num_examples
     if n == 0:
         raise ValueError(
             f"The {subset_name or 'dataset'} subset is empty: no files to read. "
@@ -235,39 +300,67 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
         logging.warning("pipeline: %d file(s) whose extension disagrees with their content "
                         "are decoded by content, e.g. %s is %s", len(mism), mism[0].path,
                         mism[0].format)
-    use_tfio, exif_in_graph = _needs_tfio(idx, opts)
-    fmts = {i.format for i in idx.infos if not i.error}
+    if records is None:
+        use_tfio, exif_in_graph = _needs_tfio(idx, opts)
+        fmts = {i.format for i in idx.infos if not i.error}
+    else:
+        exif_in_graph = bool(opts.exif_orientation and records.has_exif)
+        use_tfio = exif_in_graph or any(f not in index_lib.TF_FORMATS for f in records.formats)
+        fmts = set(records.formats)
     decoder = decode_lib.Decoder(
         opts.channels, opts.max_pixels, opts.exif_orientation, use_tfio=use_tfio,
         exif_in_graph=exif_in_graph, only_format=fmts.pop() if len(fmts) == 1 else None,
-        pre_errors=bool(bad))
+        pre_errors=bool(bad) or records is not None)
     error_log = errors_lib.ErrorLog(n, opts.max_errors)
-
-    labels = idx.labels if has_labels else [0] * n
-    label_dtype = tf.int64 if opts.label_mode != "multi_hot" else tf.float32
-    paths_table = tf.constant(idx.paths, tf.string)
-    ds = tf.data.Dataset.from_tensor_slices((
-        tf.range(n, dtype=tf.int64),
-        tf.constant(labels, label_dtype),
-        tf.constant([i.error for i in idx.infos], tf.string),
-        tf.constant([i.has_exif or index_lib.is_remote(i.path) for i in idx.infos], tf.bool),
-    ))
-    # plan: shard (InputContext) before shuffling, shuffle rows, never pixels.
+    has_weights = idx.weights is not None
+    label_dtype = tf.float32 if opts.label_mode in ("multi_hot", "float") else tf.int64
     ctx = opts.input_context
-    if ctx is not None and ctx.num_input_pipelines > 1:
-        if n >= ctx.num_input_pipelines:
-            ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-        else:
-            logging.warning("pipeline: %d files < %d input pipelines: every pipeline "
-                            "reads all files", n, ctx.num_input_pipelines)
-    if opts.shuffle and opts.cache is None:
-        ds = ds.shuffle(n, seed=opts.seed, reshuffle_each_iteration=True)
-    ds = _decode_stage(ds, paths_table, decoder, opts, error_log,
-                       lambda label: (_encode_label(label, opts.label_mode, num_classes)
-                                      if has_labels else label),
-                       tf.zeros_like(tf.constant(labels[0], label_dtype)))
-    if not has_labels:
-        ds = ds.map(lambda image, y: image)
+
+    if records is None:
+        labels = idx.labels if has_labels else [0] * n
+        paths_table = tf.constant(idx.paths, tf.string)
+        source = _Source(decoder, paths_table)
+        plan = tf.data.Dataset.from_tensor_slices((
+            tf.range(n, dtype=tf.int64),
+            tf.constant(labels, label_dtype),
+            tf.constant([i.error for i in idx.infos], tf.string),
+            tf.constant([i.has_exif or index_lib.is_remote(i.path) for i in idx.infos], tf.bool),
+            tf.fill([n], tf.constant(b"")),
+            tf.constant(idx.weights if has_weights else [1.0] * n, tf.float32),
+        ))
+        label0 = tf.zeros_like(tf.constant(labels[0], label_dtype))
+        # plan: shard (InputContext) before shuffling, shuffle rows, never pixels.
+        if ctx is not None and ctx.num_input_pipelines > 1:
+            if n >= ctx.num_input_pipelines:
+                plan = plan.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            else:
+                logging.warning("pipeline: %d files < %d input pipelines: every pipeline "
+                                "reads all files", n, ctx.num_input_pipelines)
+        if opts.shuffle and opts.cache is None:
+            plan = plan.shuffle(n, seed=opts.seed, reshuffle_each_iteration=True)
+    else:  # the switch: encoded bytes, planned (sharded, shuffled) by the caller
+        source = _Source(decoder)
+        # The key carries the reason a record would fail, since its bytes are
+        # gone once its decoder raised.
+        plan = records.dataset.map(
+            lambda c, y, e, x, p, *w: (
+                tf.strings.join([p, "\x00", decode_lib.diagnose(c, decode_lib.sniff(c))]),
+                y, e, x, c, w[0] if w else tf.constant(1.0)),
+            num_parallel_calls=opts.parallelism, deterministic=True)
+        spec = plan.element_spec[1]
+        label0 = tf.zeros(spec.shape, spec.dtype)
+
+    sentinel = (source.empty_key, label0, tf.constant(_SENTINEL), tf.constant(False),
+                tf.constant(b""), tf.constant(0.0))
+    encode = (lambda label: _encode_label(label, opts.label_mode, num_classes)) \
+        if has_labels else (lambda label: label)
+    ds = _decode_stage(plan, source, opts, error_log, encode, sentinel)
+    if has_labels and has_weights:
+        pass
+    elif has_labels:
+        ds = ds.map(lambda image, y, w: (image, y))
+    else:
+        ds = ds.map(lambda image, y, w: image)
 
     if opts.cache is not None:
         ds = ds.cache("" if opts.cache == "memory" else str(opts.cache))
@@ -281,7 +374,7 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
         ds = ds.batch(batch_size, drop_remainder=opts.drop_remainder)
     if opts.dtype != tf.uint8:
         if has_labels:
-            ds = ds.map(lambda x, y: (scale(x, opts.dtype, opts.normalize), y))
+            ds = ds.map(lambda x, *yw: (scale(x, opts.dtype, opts.normalize),) + yw)
         else:
             ds = ds.map(lambda x: scale(x, opts.dtype, opts.normalize))
     if opts.prefetch:
@@ -297,7 +390,7 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     ds = ds.with_options(options)
 
     ds.class_names = list(idx.class_names) if idx.class_names else None
-    ds.file_paths = list(idx.paths)
+    ds.file_paths = list(idx.paths) if records is None else records.file_paths
     ds._pipeline_errors = error_log
     ds._pipeline_index = idx
     ds._pipeline_options = opts

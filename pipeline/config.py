@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-LABEL_MODES = ("int", "categorical", "binary", "multi_hot", None)
+LABEL_MODES = ("int", "categorical", "binary", "multi_hot", "float", None)
 RESIZE_MODES = ("stretch", "crop", "pad")
 INTERPOLATIONS = (
     "bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5",

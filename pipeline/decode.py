@@ -283,7 +283,10 @@ class Decoder:
 
     def _checked(self, path, has_exif):
         """Reads and decodes; returns (image, reason). May raise on corrupt data."""
-        contents = tf.io.read_file(path)
+        return self._checked_bytes(tf.io.read_file(path), has_exif)
+
+    def _checked_bytes(self, contents, has_exif):
+        """Decodes encoded bytes; returns (image, reason). May raise on corrupt data."""
         if self.only is not None:
             fmt = tf.constant(self.only, tf.int32)
             if self.only == JPEG:
@@ -320,11 +323,21 @@ class Decoder:
         ``pipeline.build``), so this hot path carries no per-element
         exception machinery.
         """
+        return self._guarded(path, has_exif, pre_error, self._checked)
+
+    def load_bytes(self, contents, has_exif, pre_error):
+        """Encoded bytes (e.g. from a TFRecord) -> (uint8 image [h, w, channels], reason).
+
+        Same checks and reasons as ``load``; nothing is read from disk.
+        """
+        return self._guarded(contents, has_exif, pre_error, self._checked_bytes)
+
+    def _guarded(self, source, has_exif, pre_error, checked):
         if not self.pre_errors:  # the index found no bad file: no check needed
-            img, reason = self._checked(path, has_exif)
+            img, reason = checked(source, has_exif)
         else:
             img, reason = tf.cond(tf.strings.length(pre_error) > 0,
                                   lambda: (self.placeholder(), pre_error),
-                                  lambda: self._checked(path, has_exif))
+                                  lambda: checked(source, has_exif))
         img.set_shape([None, None, self.channels])
         return img, reason

@@ -127,11 +127,13 @@ class Index:
         labels: list of int class indices (or None for unlabelled data).
         class_names: list of str or None.
         infos: one ``FileInfo`` per path.
+        weights: list of float sample weights, or None (manifests only).
     """
     paths: List[str]
     labels: Optional[list]
     class_names: Optional[List[str]]
     infos: List[FileInfo]
+    weights: Optional[List[float]] = None
 
     def __len__(self):
         return len(self.paths)
@@ -141,7 +143,8 @@ class Index:
             [self.paths[i] for i in rows],
             None if self.labels is None else [self.labels[i] for i in rows],
             self.class_names,
-            [self.infos[i] for i in rows])
+            [self.infos[i] for i in rows],
+            None if self.weights is None else [self.weights[i] for i in rows])
 
     @property
     def formats(self) -> collections.Counter:

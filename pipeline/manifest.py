@@ -1,0 +1,391 @@
+"""Manifests: CSV (header row) and JSON Lines files listing image paths and labels.
+
+Index time only: the manifest is parsed with the ``csv`` and ``json`` standard
+library modules, line by line (strings only, never pixels), into an ``Index``
+that ``build`` assembles exactly like a folder of class sub-folders.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import posixpath
+from typing import List, Optional, Sequence
+
+from pipeline import build as build_lib
+from pipeline import config as config_lib
+from pipeline import index as index_lib
+
+JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")
+MANIFEST_EXTENSIONS = (".csv", ".tsv") + JSONL_EXTENSIONS
+MANIFEST_LABEL_MODES = ("int", "categorical", "binary", "multi_hot", "float", None)
+AUTO = "auto"
+
+
+class ManifestError(ValueError):
+    """A manifest row is malformed; the message names the file and the line number."""
+
+
+def is_manifest(path) -> bool:
+    """True when ``path`` names a file with a manifest extension (.csv, .tsv, .jsonl, .json)."""
+    return isinstance(path, (str, os.PathLike)) and os.fspath(path).lower().endswith(
+        MANIFEST_EXTENSIONS)
+
+
+def _open_text(path: str):
+    if index_lib.is_remote(path):
+        from pipeline import remote  # lazily: imports tensorflow_io for s3:// etc.
+        remote.ensure_filesystem(path)
+        import tensorflow as tf
+        return io.StringIO(tf.io.gfile.GFile(path, "r").read())
+    return open(path, newline="", encoding="utf-8-sig")
+
+
+def _rows(path: str):
+    """Yields (line_number, dict row) from a CSV/TSV (header row) or JSON Lines file."""
+    lower = path.lower()
+    with _open_text(path) as f:
+        if lower.endswith(JSONL_EXTENSIONS):
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ManifestError(f"{path}, line {line_no}: not valid JSON ({e.msg})") from None
+                if not isinstance(row, dict):
+                    raise ManifestError(
+                        f"{path}, line {line_no}: each line must be a JSON object, "
+                        f"got {type(row).__name__}")
+                yield line_no, row
+        else:
+            reader = csv.DictReader(f, delimiter="\t" if lower.endswith(".tsv") else ",")
+            if not reader.fieldnames:
+                raise ManifestError(f"{path}, line 1: no header row")
+            for row in reader:
+                if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
+                    continue  # blank line
+                yield reader.line_num, row
+
+
+def _resolve(raw: str, root: str, allow_outside_root: bool, where: str) -> str:
+    if index_lib.is_remote(raw):
+        if not allow_outside_root and not (root and raw.startswith(root.rstrip("/") + "/")):
+            raise ManifestError(
+                f"{where}: path {raw!r} is an absolute URI outside root {root!r}; pass "
+                "allow_outside_root=True to allow it")
+        return raw
+    if index_lib.is_remote(root):
+        if raw.startswith("/"):
+            if not allow_outside_root:
+                raise ManifestError(f"{where}: path {raw!r} is absolute; pass "
+                                    "allow_outside_root=True to allow it")
+            return raw
+        scheme, rest = root.split("://", 1)
+        joined = posixpath.normpath(posixpath.join("/" + rest, raw))
+        if not allow_outside_root and not (joined + "/").startswith(
+                "/" + rest.rstrip("/") + "/"):
+            raise ManifestError(f"{where}: path {raw!r} escapes root {root!r} ('..'); pass "
+                                "allow_outside_root=True to allow it")
+        return f"{scheme}://{joined.lstrip('/')}"
+    if os.path.isabs(raw) or raw.startswith("~"):
+        if not allow_outside_root:
+            raise ManifestError(
+                f"{where}: path {raw!r} is absolute; paths must be relative to root "
+                f"{root!r} unless allow_outside_root=True")
+        return os.path.normpath(os.path.expanduser(raw))
+    joined = os.path.normpath(os.path.join(root, raw))
+    if not allow_outside_root and os.path.commonpath([root, joined]) != root:
+        raise ManifestError(f"{where}: path {raw!r} escapes root {root!r} ('..'); pass "
+                            "allow_outside_root=True to allow it")
+    return joined
+
+
+def _parse_number(value, where, column, want_int=False):
+    if isinstance(value, bool):
+        raise ManifestError(f"{where}: cannot parse label {value!r} in column {column!r}")
+    if isinstance(value, (int, float)):
+        v = value
+    else:
+        try:
+            v = float(str(value).strip())
+        except ValueError:
+            raise ManifestError(
+                f"{where}: cannot parse label {value!r} in column {column!r} as a "
+                "number") from None
+    if not math.isfinite(v):
+        raise ManifestError(f"{where}: label {value!r} in column {column!r} is not finite")
+    if want_int:
+        if v != int(v):
+            raise ManifestError(
+                f"{where}: label {value!r} in column {column!r} is not an integer")
+        return int(v)
+    return float(v)
+
+
+def _cell_kind(value):
+    """'list', 'int', 'float' or 'str' for one raw label cell."""
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, bool):
+        return "str"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    s = str(value).strip()
+    if "|" in s:
+        return "list"
+    try:
+        f = float(s)
+    except ValueError:
+        return "str"
+    return "int" if f == int(f) and "." not in s and "e" not in s.lower() else "float"
+
+
+def index_manifest(manifest, path_column: str = "path", label_columns=None,
+                   root: Optional[str] = None, weight_column: Optional[str] = None,
+                   allow_outside_root: bool = False, label_mode=AUTO, class_names=None,
+                   sniff: bool = True, missing_ok: bool = False):
+    """Parses a manifest into an ``Index`` (paths, labels, class names, weights).
+
+    Args: see ``from_manifest``. ``missing_ok``: keep rows whose file is
+        missing (they become bad files, reported when met) instead of raising.
+
+    Returns:
+        (Index, label_mode): the label mode resolved from ``AUTO``.
+
+    Raises:
+        FileNotFoundError: the manifest, or a listed local file, is missing
+            (the message names the manifest line).
+        ManifestError (a ValueError): a missing column, an empty path, an
+            unparseable label, or a path escaping ``root``; the message names
+            the manifest file and the line number.
+    """
+    manifest = os.fspath(manifest)
+    remote = index_lib.is_remote(manifest)
+    if not remote and not os.path.isfile(manifest):
+        raise FileNotFoundError(f"`manifest` does not exist: {manifest!r}")
+    if not manifest.lower().endswith(MANIFEST_EXTENSIONS):
+        raise ValueError(f"`manifest` must be a .csv, .tsv, .jsonl or .json (JSON Lines) file. "
+                         f"Received: manifest={manifest!r}")
+    if label_mode != AUTO:
+        config_lib._check_choice("label_mode", label_mode, MANIFEST_LABEL_MODES)
+    if root is None:
+        root = posixpath.dirname(manifest) if remote else os.path.dirname(
+            os.path.abspath(manifest))
+    else:
+        root = os.fspath(root)
+        if not index_lib.is_remote(root):
+            root = os.path.abspath(root)
+    if isinstance(label_columns, str):
+        label_columns = [label_columns]
+    auto_label = label_columns is None
+    if label_columns is not None:
+        label_columns = list(label_columns)
+        if not label_columns:
+            raise ValueError("`label_columns` is empty. Received: label_columns=[]")
+    class_names = config_lib.check_class_names(class_names)
+
+    paths: List[str] = []
+    lines: List[int] = []
+    raw_labels: list = []
+    weights: Optional[List[float]] = [] if weight_column else None
+    for line_no, row in _rows(manifest):
+        where = f"{manifest}, line {line_no}"
+        if auto_label:
+            label_columns = ["label"] if "label" in row else []
+            auto_label = False
+        needed = [path_column] + label_columns + ([weight_column] if weight_column else [])
+        missing = [c for c in needed if c not in row or row[c] is None]
+        if missing:
+            raise ManifestError(f"{where}: missing column(s) {missing}; the row has "
+                                f"{sorted(k for k in row if k is not None)}")
+        raw = row[path_column]
+        raw = "" if raw is None else str(raw).strip()
+        if not raw:
+            raise ManifestError(f"{where}: empty path in column {path_column!r}")
+        paths.append(_resolve(raw, root, allow_outside_root, where))
+        lines.append(line_no)
+        if label_columns:
+            cells = [row[c] for c in label_columns]
+            for c, v in zip(label_columns, cells):
+                if isinstance(v, str) and not v.strip():
+                    raise ManifestError(f"{where}: empty label in column {c!r}")
+            raw_labels.append((where, cells))
+        if weight_column:
+            weights.append(_parse_number(row[weight_column], where, weight_column))
+    if not paths:
+        raise ValueError(f"The manifest lists no files. Received: manifest={manifest!r}")
+    if weights is not None and not label_columns:
+        raise ValueError("`weight_column` needs labels (`label_columns`): elements are "
+                         f"(x, y, sample_weight). Received: weight_column={weight_column!r}")
+
+    labels, class_names, label_mode = _labels(raw_labels, label_columns, label_mode,
+                                              class_names)
+    infos = index_lib.sniff_files(paths) if sniff else [index_lib.FileInfo(p) for p in paths]
+    if not missing_ok:
+        for info, line_no in zip(infos, lines):
+            if info.error and not index_lib.is_remote(info.path) and not os.path.lexists(
+                    info.path):
+                raise FileNotFoundError(
+                    f"{manifest}, line {line_no}: file not found: {info.path!r}")
+    return index_lib.Index(paths, labels, class_names, infos, weights), label_mode
+
+
+def _labels(raw_labels, label_columns, label_mode, class_names):
+    """(labels, class_names, label_mode) from raw cells, per ``label_mode``."""
+    if not label_columns:
+        return None, class_names, None
+    if label_mode is None:
+        return None, class_names, None
+    multi_col = len(label_columns) > 1
+    if label_mode == AUTO:
+        kinds = {_cell_kind(v) for _, cells in raw_labels for v in cells}
+        if multi_col:
+            label_mode = "float" if "float" in kinds else "multi_hot"
+        elif "list" in kinds:
+            label_mode = "multi_hot"
+        elif kinds <= {"int", "float"} and "float" in kinds:
+            label_mode = "float"
+        else:
+            label_mode = "int"
+    if multi_col:
+        if label_mode not in ("multi_hot", "float"):
+            raise ValueError(
+                "Several `label_columns` give a float32 vector: use label_mode='multi_hot' "
+                f"(0/1 columns) or 'float'. Received: label_mode={label_mode!r}")
+        labels = [[_parse_number(v, where, c) for c, v in zip(label_columns, cells)]
+                  for where, cells in raw_labels]
+        return labels, (class_names or list(label_columns)), label_mode
+    column = label_columns[0]
+    if label_mode == "float":
+        return [_parse_number(cells[0], where, column) for where, cells in raw_labels], \
+            class_names, label_mode
+    if label_mode == "multi_hot":
+        lists = []
+        for where, cells in raw_labels:
+            v = cells[0]
+            if isinstance(v, list):
+                items = v
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                items = [v]
+            elif isinstance(v, str):
+                items = [t.strip() for t in v.split("|")] if v.strip() else []
+            else:
+                raise ManifestError(f"{where}: cannot parse label {v!r} in column {column!r}")
+            for t in items:
+                if not isinstance(t, (str, int)) or isinstance(t, bool) or t == "":
+                    raise ManifestError(
+                        f"{where}: cannot parse label {v!r} in column {column!r}: items "
+                        "must be class names or integer class indices")
+            lists.append((where, v, [str(t) for t in items]))
+        if class_names is None:
+            names = sorted({t for _, _, items in lists for t in items})
+            if names and all(_cell_kind(t) == "int" for t in names):
+                names = [str(i) for i in range(max(int(t) for t in names) + 1)]
+            class_names = names
+        lookup = {c: k for k, c in enumerate(class_names)}
+        labels = []
+        for where, v, items in lists:
+            vec = [0.0] * len(class_names)
+            for t in items:
+                if t not in lookup:
+                    raise ManifestError(f"{where}: label {t!r} in column {column!r} is not "
+                                        f"in class_names {class_names[:20]}")
+                vec[lookup[t]] = 1.0
+            labels.append(vec)
+        return labels, class_names, label_mode
+    # int / categorical / binary: integer class indices or class-name strings.
+    cells = [(where, cells[0]) for where, cells in raw_labels]
+    kinds = {_cell_kind(v) for _, v in cells}
+    if "list" in kinds:
+        where = next(w for w, v in cells if _cell_kind(v) == "list")
+        raise ManifestError(f"{where}: a multi-label cell needs label_mode='multi_hot'. "
+                            f"Received: label_mode={label_mode!r}")
+    if kinds == {"int"} and class_names is None:
+        labels = [_parse_number(v, where, column, want_int=True) for where, v in cells]
+        bad = next(((w, v) for (w, _), v in zip(cells, labels) if v < 0), None)
+        if bad:
+            raise ManifestError(f"{bad[0]}: label {bad[1]} in column {column!r} is negative")
+        return labels, None, label_mode
+    strs = [str(v).strip() for _, v in cells]
+    if class_names is None:
+        class_names = sorted(set(strs))
+    lookup = {c: k for k, c in enumerate(class_names)}
+    labels = []
+    for (where, v), s in zip(cells, strs):
+        if s not in lookup:
+            raise ManifestError(f"{where}: label {v!r} in column {column!r} is not in "
+                                f"class_names {class_names[:20]}")
+        labels.append(lookup[s])
+    return labels, class_names, label_mode
+
+
+def from_manifest(manifest, path_column: str = "path", label_columns=None, root=None,
+                  weight_column=None, allow_outside_root: bool = False, label_mode=AUTO,
+                  class_names=None, **options):
+    """A CSV or JSON Lines manifest of image paths -> a streaming ``tf.data.Dataset``.
+
+    The manifest is a CSV/TSV file with a header row, or JSON Lines (``.jsonl``,
+    ``.json`` or ``.ndjson``: one JSON object per line). It is parsed once, at
+    index time, with the ``csv`` / ``json`` standard modules; images are then
+    read, decoded and resized in graph exactly as ``from_directory`` does.
+
+    Args:
+        manifest: str path (local, or ``s3://`` / ``gs://`` URI) of the manifest.
+        path_column: str, the column holding image paths. Relative paths are
+            resolved against ``root``.
+        label_columns: None (use the column ``"label"`` when the manifest has
+            one, else no labels), a column name, or a list of column names
+            (each a number; ``y`` is then a float32 vector, one entry per column,
+            and ``class_names`` defaults to the column names).
+        root: str folder or URI that relative paths resolve against; default the
+            manifest's folder.
+        weight_column: None or a column of float sample weights; elements are
+            then ``(x, y, sample_weight)`` with ``sample_weight`` float32 scalar
+            (``[batch]`` batched), as Keras ``fit`` accepts.
+        allow_outside_root: bool; by default an absolute path, or one whose
+            ``..`` escapes ``root``, is refused.
+        label_mode: "auto" (default), "int", "categorical", "binary",
+            "multi_hot", "float" or None. "auto" picks "multi_hot" when a cell is
+            a JSON list or a ``|``-separated CSV string, "float" when a number
+            has a fraction, else "int".
+
+            * "int": int32 class index. Cells are integers (the index itself) or
+              class-name strings (``class_names``, default the sorted unique
+              names, gives the index).
+            * "categorical" / "binary": as ``from_directory``.
+            * "multi_hot": float32 ``[num_classes]`` with 1.0 at every listed
+              class (``"cat|dog"`` in CSV, ``["cat", "dog"]`` in JSON).
+            * "float": float32 regression target, scalar (or ``[len(label_columns)]``).
+        class_names: sequence of str or None; fixes the class order.
+        **options: the shared image options (``image_size``, ``batch_size``,
+            ``shuffle``, ``seed``, ``on_error``, ...), see below.
+
+    Returns:
+        A ``tf.data.Dataset`` of ``(images, labels)``, ``(images, labels,
+        sample_weights)`` or ``images``; images uint8 ``[batch, height, width,
+        channels]`` unless ``dtype`` says otherwise. Attributes ``class_names``,
+        ``file_paths``.
+
+    Raises:
+        FileNotFoundError: the manifest or a listed local file is missing (the
+            message names the manifest line).
+        ValueError: a bad argument; or (``ManifestError``) a missing column, an
+            empty path, an unparseable label or a path escaping ``root``, with
+            the manifest's file name and line number.
+    """
+    if "label_mode" in options:  # pragma: no cover - it is a named argument
+        label_mode = options.pop("label_mode")
+    opts_probe = dict(options)
+    config_lib.make_options(**opts_probe)  # validate before any work
+    idx, mode = index_manifest(manifest, path_column, label_columns, root, weight_column,
+                               allow_outside_root, label_mode, class_names,
+                               missing_ok=options.get("on_error") == "skip")
+    opts = config_lib.make_options(**{**options, "label_mode": mode})
+    from pipeline import sources
+    return sources._finish(idx, opts)

@@ -1,0 +1,42 @@
+"""Helpers for the I/O source tests: real image files whose pixels encode their index."""
+
+import os
+
+import numpy as np
+from PIL import Image
+
+
+def write_image(path, value, size=(6, 5), fmt=None):
+    """A solid RGB image whose every pixel is ``value`` (0-255); PNG keeps it exact."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.fromarray(np.full((size[1], size[0], 3), value, np.uint8)).save(path, format=fmt)
+    return path
+
+
+def make_class_folders(root, per_class=(3, 2, 4), names=("cat", "dog", "eel")):
+    """Class folders of solid PNGs; value k for the k-th file overall. Returns paths, labels."""
+    paths, labels, k = [], [], 0
+    for c, (name, count) in enumerate(zip(names, per_class)):
+        for j in range(count):
+            paths.append(write_image(os.path.join(root, name, f"img{j:02d}.png"), k + 1))
+            labels.append(c)
+            k += 1
+    return paths, labels
+
+
+def values(images):
+    """The index value of each image in a batch (its top-left red pixel)."""
+    return [int(v) for v in np.asarray(images)[..., 0, 0, 0].reshape(-1)]
+
+
+def collect(ds):
+    """All elements of a batched (x, y[, w]) dataset as numpy lists."""
+    out = None
+    for el in ds:
+        el = el if isinstance(el, tuple) else (el,)
+        parts = [np.asarray(t) for t in el]
+        if out is None:
+            out = [[] for _ in parts]
+        for o, p in zip(out, parts):
+            o.extend(list(p))
+    return out

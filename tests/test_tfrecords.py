@@ -1,0 +1,124 @@
+"""write_tfrecords / from_tfrecords / convert: encoded bytes in, same elements out."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import pipeline
+from pipeline import shards
+from io_helpers import collect, make_class_folders, values, write_image
+
+OPTS = dict(image_size=(4, 4), batch_size=4)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    make_class_folders(str(tmp_path / "src"))  # 9 images, values 1..9, 3 classes
+    return str(tmp_path / "src")
+
+
+def test_roundtrip_same_elements_as_source(folder, tmp_path):
+    out = str(tmp_path / "rec")
+    meta = pipeline.write_tfrecords(folder, out, num_shards=3, progress=False)
+    assert meta["num_examples"] == 9 and [s["num_examples"] for s in meta["shards"]] == [3, 3, 3]
+    side = json.load(open(os.path.join(out, "dataset.json")))
+    assert side["class_names"] == ["cat", "dog", "eel"] and side["formats"] == {"png": 9}
+    # encoded bytes are stored unchanged, not pixels
+    rec = next(iter(tf.data.TFRecordDataset(os.path.join(out, side["shards"][0]["file"]))))
+    ex = tf.train.Example.FromString(rec.numpy()).features.feature
+    first = os.path.join(folder, "cat", "img00.png")
+    assert ex["image"].bytes_list.value[0] == open(first, "rb").read()
+    assert ex["path"].bytes_list.value[0].decode() == first
+
+    src = pipeline.from_directory(folder, shuffle=False, **OPTS)
+    rec = pipeline.from_tfrecords(out, shuffle=False, **OPTS)
+    assert rec.class_names == src.class_names
+    assert rec.element_spec == src.element_spec
+    (xs, ys), (xr, yr) = collect(src), collect(rec)
+    assert np.array_equal(np.stack(xs), np.stack(xr)) and list(ys) == list(yr)
+
+    # shuffled: exactly once per epoch, labels paired, seeded order repeats
+    shuf = pipeline.from_tfrecords(os.path.join(out, "*.tfrecord"), seed=3,
+                                   shuffle_buffer_size=4, **OPTS)
+    x, y = collect(shuf)
+    got = values(x)
+    assert sorted(got) == list(range(1, 10)) and got != list(range(1, 10))
+    assert [int(l) for l in y] == [0 if v <= 3 else 1 if v <= 5 else 2 for v in got]
+    again = values(collect(pipeline.from_tfrecords(out, seed=3, shuffle_buffer_size=4,
+                                                   **OPTS))[0])
+    assert again == got
+    cat = pipeline.from_tfrecords(out, label_mode="categorical", shuffle=False, **OPTS)
+    assert collect(cat)[1][0].tolist() == [1.0, 0.0, 0.0]
+
+
+def test_manifest_source_multi_hot_and_weights(tmp_path):
+    lines = []
+    for k in range(5):
+        write_image(str(tmp_path / f"i{k}.png"), 10 + k)
+        lines.append(json.dumps({"path": f"i{k}.png", "tags": ["a", "b"][: 1 + k % 2],
+                                 "w": 0.5 * k}))
+    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
+    m = str(tmp_path / "m.jsonl")
+    meta = pipeline.write_tfrecords(m, str(tmp_path / "rec"), num_shards=2, progress=False,
+                                    label_columns="tags", weight_column="w")
+    assert meta["label_kind"] == "vector" and meta["has_weights"]
+    src = pipeline.from_manifest(m, label_columns="tags", weight_column="w", shuffle=False,
+                                 **OPTS)
+    rec = pipeline.from_tfrecords(str(tmp_path / "rec"), shuffle=False, **OPTS)
+    for a, b in zip(collect(src), collect(rec)):
+        assert np.array_equal(np.stack(a), np.stack(b))
+
+
+def test_list_of_paths_and_pipeline_dataset_source(folder, tmp_path):
+    ds = pipeline.from_directory(folder, **OPTS)
+    meta = pipeline.write_tfrecords(ds, str(tmp_path / "a"), num_shards=2, progress=False)
+    assert meta["num_examples"] == 9 and meta["class_names"] == ["cat", "dog", "eel"]
+    meta = pipeline.write_tfrecords(ds.file_paths[:4], str(tmp_path / "b"), num_shards=2,
+                                    progress=False)
+    assert meta["label_kind"] is None
+    x = collect(pipeline.from_tfrecords(str(tmp_path / "b"), shuffle=False, **OPTS))[0]
+    assert values(x) == [1, 2, 3, 4]
+
+
+def test_bad_files_keep_their_reasons(folder, tmp_path):
+    open(os.path.join(folder, "dog", "zz_bad.png"), "wb").write(b"not an image at all")
+    with open(os.path.join(folder, "dog", "zz_trunc.png"), "wb") as f:
+        f.write(open(os.path.join(folder, "dog", "img00.png"), "rb").read()[:40])
+    out = str(tmp_path / "rec")
+    pipeline.write_tfrecords(folder, out, num_shards=2, progress=False)
+    ds = pipeline.from_tfrecords(out, on_error="skip", shuffle=False, **OPTS)
+    assert sorted(values(collect(ds)[0])) == list(range(1, 10))
+    reasons = {os.path.basename(r.path): r.reason for r in pipeline.errors(ds)}
+    assert reasons["zz_bad.png"].startswith("not an image")
+    assert "PNG" in reasons["zz_trunc.png"]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="cannot load file .*zz_"):
+        collect(pipeline.from_tfrecords(out, shuffle=False, **OPTS))
+
+
+def test_errors(folder, tmp_path):
+    with pytest.raises(ValueError, match="Received: num_shards=0"):
+        pipeline.write_tfrecords(folder, str(tmp_path / "r"), num_shards=0)
+    with pytest.raises(ValueError, match="No TFRecord files found"):
+        pipeline.from_tfrecords(str(tmp_path / "nothing-*.tfrecord"))
+    os.makedirs(tmp_path / "lone")
+    with tf.io.TFRecordWriter(str(tmp_path / "lone" / "x.tfrecord")) as w:
+        w.write(b"")
+    with pytest.raises(FileNotFoundError, match="No dataset.json"):
+        pipeline.from_tfrecords(str(tmp_path / "lone"))
+    pipeline.write_tfrecords(folder, str(tmp_path / "r"), num_shards=2, progress=False)
+    with pytest.raises(ValueError, match="validation_split"):
+        pipeline.from_tfrecords(str(tmp_path / "r"), validation_split=0.5, subset="training")
+    with pytest.raises(ValueError, match="label_mode 'float'"):
+        pipeline.from_tfrecords(str(tmp_path / "r"), label_mode="float")
+
+
+def test_convert_main(folder, tmp_path, capsys):
+    out = str(tmp_path / "cli")
+    assert shards.convert_main([folder, out, "--num_shards=2", "--no_progress"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["num_examples"] == 9 and len(printed["shards"]) == 2
+    assert sorted(os.listdir(out)) == ["data-00000-of-00002.tfrecord",
+                                       "data-00001-of-00002.tfrecord", "dataset.json"]
