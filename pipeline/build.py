@@ -24,6 +24,10 @@ from pipeline import badfiles as errors_lib
 from pipeline import index as index_lib
 from pipeline import transform
 
+# Name of the skip-mode recorder op; pipeline.resume recognises it as
+# checkpoint-safe (it only records, it produces no elements).
+SKIP_RECORDER_NAME = "pipeline_skip_recorder"
+
 LABEL_DTYPE = {"int": tf.int32, "categorical": tf.float32, "binary": tf.float32,
                "multi_hot": tf.float32}
 
@@ -140,7 +144,8 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
             return tf.cond(tf.equal(tf.strings.length(reason), 0),
                            lambda: tf.constant(True),
                            lambda: tf.py_function(error_log._record_tensor,  # rare path
-                                                  [path, reason], tf.bool))
+                                                  [path, reason], tf.bool,
+                                                  name=SKIP_RECORDER_NAME))
         ds = ds.filter(keep)
     if has_labels:
         ds = ds.map(lambda image, y, path, reason: (image, y))
@@ -168,10 +173,13 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     options = tf.data.Options()
     options.autotune.enabled = bool(opts.autotune)
     options.deterministic = opts.is_deterministic
-    if not raise_mode:
-        # The skip recorder is external state; it need not be checkpointed.
-        options.experimental_external_state_policy = (
-            tf.data.experimental.ExternalStatePolicy.IGNORE)
+    # Iterator checkpoints (tf.train.Checkpoint(iterator=it)): the stateful ops
+    # in this graph hold no state across elements (the decode fallback's
+    # one-element DatasetToSingleElement, the raise-mode Assert, the skip
+    # recorder's py_function), so ignoring them is exact; without this, saving
+    # fails with "DatasetToSingleElement is stateful".
+    options.experimental_external_state_policy = (
+        tf.data.experimental.ExternalStatePolicy.IGNORE)
     ds = ds.with_options(options)
 
     ds.class_names = list(idx.class_names) if idx.class_names else None
