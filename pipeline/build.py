@@ -113,11 +113,15 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     # plan: shard (InputContext) before shuffling, shuffle paths, never pixels.
     ctx = opts.input_context
     if ctx is not None and ctx.num_input_pipelines > 1:
-        if n >= ctx.num_input_pipelines:
-            ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-        else:
-            logging.warning("pipeline: %d files < %d input pipelines: every pipeline "
-                            "reads all files", n, ctx.num_input_pipelines)
+        # One element per file, so sharding the path list *is* element
+        # sharding: exactly-once across pipelines in every case.
+        ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        if n < ctx.num_input_pipelines:
+            logging.warning("pipeline: %d files < %d input pipelines: elements are "
+                            "sharded one per pipeline; input pipeline %d %s", n,
+                            ctx.num_input_pipelines, ctx.input_pipeline_id,
+                            "gets no elements" if ctx.input_pipeline_id >= n
+                            else "gets 1 element")
     if opts.shuffle and opts.cache is None:
         ds = ds.shuffle(n, seed=opts.seed, reshuffle_each_iteration=True)
 
