@@ -13,6 +13,7 @@ README "Speed". ``autotune=True`` turns it back on.
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import tensorflow as tf
@@ -51,6 +52,13 @@ def _encode_label(label, mode, num_classes):
     if mode == "multi_hot":
         return label  # already a float multi-hot vector
     raise AssertionError(mode)
+
+
+def _print_skip(path, reason):
+    """Graph-only skip report (tf.data service workers): stderr, returns False."""
+    with tf.control_dependencies([tf.print("pipeline: skipped", path, ":", reason,
+                                           output_stream=sys.stderr)]):
+        return tf.constant(False)
 
 
 def scale(images, dtype, normalize=None):
@@ -122,6 +130,10 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
                             ctx.num_input_pipelines, ctx.input_pipeline_id,
                             "gets no elements" if ctx.input_pipeline_id >= n
                             else "gets 1 element")
+    if opts.service and opts.processing_mode == "file":
+        # tf.data service "file" mode = ShardingPolicy.HINT: the dispatcher
+        # fills in (num_workers, worker_index); see pipeline.distribute.
+        ds = ds.shard(tf.data.experimental.SHARD_HINT, tf.data.experimental.SHARD_HINT)
     if opts.shuffle and opts.cache is None:
         ds = ds.shuffle(n, seed=opts.seed, reshuffle_each_iteration=True)
 
@@ -143,7 +155,20 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
 
     ds = ds.map(element, num_parallel_calls=opts.parallelism,
                 deterministic=opts.is_deterministic)
-    if not raise_mode:
+    if not raise_mode and opts.service:
+        # py_function cannot run on tf.data service workers: graph-only skip,
+        # reported on the worker's stderr; pipeline.errors(ds) stays empty.
+        if opts.max_errors is not None:
+            raise ValueError(
+                "`max_errors` cannot be enforced with `service=` (skips happen on the "
+                "service workers). Received: max_errors="
+                f"{opts.max_errors!r}, service={opts.service!r}")
+
+        def keep_on_worker(image, y, path, reason):
+            good = tf.equal(tf.strings.length(reason), 0)
+            return tf.cond(good, lambda: tf.constant(True), lambda: _print_skip(path, reason))
+        ds = ds.filter(keep_on_worker)
+    elif not raise_mode:
         def keep(image, y, path, reason):
             return tf.cond(tf.equal(tf.strings.length(reason), 0),
                            lambda: tf.constant(True),
@@ -185,6 +210,10 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     options.experimental_external_state_policy = (
         tf.data.experimental.ExternalStatePolicy.IGNORE)
     ds = ds.with_options(options)
+
+    if opts.service:
+        from pipeline import distribute as distribute_lib  # pylint: disable=import-outside-toplevel
+        ds = ds.apply(distribute_lib.service_transformation(opts))
 
     ds.class_names = list(idx.class_names) if idx.class_names else None
     ds.file_paths = list(idx.paths)
