@@ -126,6 +126,24 @@ def distribute_dataset(strategy: tf.distribute.Strategy, factory: Callable, *arg
 
 # --- tf.data service ---------------------------------------------------------
 
+def _register_tfio_ops(load_tfio: bool):
+    """Imports tensorflow-io so its ops (WebP/TIFF/EXIF decode) are registered.
+
+    Pipeline graphs that meet WebP, TIFF, EXIF JPEGs or remote URIs contain
+    tensorflow-io ops; a dispatcher or worker without them refuses the job with
+    "Op type not registered 'IO>DecodeTiffInfo'" (seen here on real photos).
+    """
+    if not load_tfio:
+        return
+    try:
+        # The op library is loaded lazily on first attribute access: force it.
+        from tensorflow_io.python.ops import core_ops  # pylint: disable=import-outside-toplevel
+        core_ops._load()  # pylint: disable=protected-access
+    except (ImportError, NotImplementedError, AttributeError):
+        logging.warning("pipeline: tensorflow-io is not usable: jobs whose graphs need "
+                        "its ops (WebP, TIFF, EXIF orientation, URIs) will be refused")
+
+
 def service_transformation(opts: config_lib.ImageOptions):
     """The ``tf.data.experimental.service.distribute`` transformation for ``opts``.
 
@@ -150,7 +168,8 @@ def service_transformation(opts: config_lib.ImageOptions):
 def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] = None,
                    work_dir: Optional[str] = None, fault_tolerant_mode: bool = False,
                    job_gc_timeout_ms: Optional[int] = None,
-                   worker_timeout_ms: Optional[int] = None, block: bool = True):
+                   worker_timeout_ms: Optional[int] = None, load_tfio: bool = True,
+                   block: bool = True):
     """Starts a tf.data service dispatcher (``tf.data.experimental.service.DispatchServer``).
 
     Args:
@@ -163,11 +182,14 @@ def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] =
         job_gc_timeout_ms: int or None, ms before an unused job is collected.
         worker_timeout_ms: int or None, ms without heartbeat before a worker is
             considered gone.
+        load_tfio: bool, import tensorflow-io first so that graphs using its
+            ops (WebP, TIFF, EXIF orientation) are accepted.
         block: bool, wait until the server stops (the CLI) or return at once.
 
     Returns:
         The started ``DispatchServer`` (its ``target`` is "grpc://host:port").
     """
+    _register_tfio_ops(load_tfio)
     kw = {}
     if job_gc_timeout_ms is not None:
         kw["job_gc_timeout_ms"] = job_gc_timeout_ms
@@ -188,7 +210,8 @@ def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] =
 def run_worker(dispatcher_address: str, port: int = 0,
                worker_address: Optional[str] = None,
                heartbeat_interval_ms: Optional[int] = None,
-               dispatcher_timeout_ms: Optional[int] = None, block: bool = True):
+               dispatcher_timeout_ms: Optional[int] = None, load_tfio: bool = True,
+               block: bool = True):
     """Starts a tf.data service worker (``tf.data.experimental.service.WorkerServer``).
 
     Args:
@@ -201,6 +224,8 @@ def run_worker(dispatcher_address: str, port: int = 0,
         heartbeat_interval_ms: int or None.
         dispatcher_timeout_ms: int or None, how long to retry reaching the
             dispatcher.
+        load_tfio: bool, import tensorflow-io first so that graphs using its
+            ops (WebP, TIFF, EXIF orientation) can run.
         block: bool, wait until the server stops (the CLI) or return at once.
 
     Returns:
@@ -208,6 +233,7 @@ def run_worker(dispatcher_address: str, port: int = 0,
     """
     if "://" in dispatcher_address:
         dispatcher_address = dispatcher_address.split("://", 1)[1]
+    _register_tfio_ops(load_tfio)
     kw = {}
     if heartbeat_interval_ms is not None:
         kw["heartbeat_interval_ms"] = heartbeat_interval_ms
