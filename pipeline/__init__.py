@@ -10,6 +10,7 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from pipeline.badfiles import ErrorBudgetExceeded, ErrorRecord, errors  # noqa: E402
 from pipeline.sources import from_directory, from_paths  # noqa: E402
+from pipeline import compat  # noqa: E402
 from pipeline.distribute import distribute_dataset, run_dispatcher, run_worker  # noqa: E402
 from pipeline.resume import IteratorCheckpoint, NotCheckpointableError, check_checkpointable  # noqa: E402,E501
 
@@ -17,4 +18,4 @@ __version__ = "0.1.0"
 
 __all__ = ["from_directory", "from_paths", "errors", "ErrorRecord",
            "ErrorBudgetExceeded", "__version__",
-           "IteratorCheckpoint", "distribute_dataset", "run_dispatcher", "run_worker", "NotCheckpointableError", "check_checkpointable"]
+           "compat", "IteratorCheckpoint", "distribute_dataset", "run_dispatcher", "run_worker", "NotCheckpointableError", "check_checkpointable"]
