@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf

@@ -1,7 +1,5 @@
 """Resumable iteration: iterator checkpoints mid-epoch, across processes."""
 
-import collections
-import json
 import textwrap
 
 import pytest
