@@ -19,10 +19,16 @@ from pipeline.generator import from_generator  # noqa: E402
 from pipeline.shards import from_tfrecords, write_tfrecords  # noqa: E402
 from pipeline.augment import Augment  # noqa: E402
 from pipeline.profiling import ProfileReport, profile  # noqa: E402
+from pipeline import compat  # noqa: E402
+from pipeline.distribute import distribute_dataset, run_dispatcher, run_worker  # noqa: E402
+from pipeline.resume import (IteratorCheckpoint, NotCheckpointableError,  # noqa: E402
+                             check_checkpointable)
 
 __version__ = "0.1.0"
 
 __all__ = ["from_directory", "from_paths", "from_manifest", "from_npy_shards",
            "from_generator", "from_tfrecords", "write_tfrecords", "errors", "ErrorRecord",
            "ErrorBudgetExceeded", "scan", "ScanReport", "Augment", "profile", "ProfileReport",
+           "compat", "distribute_dataset", "run_dispatcher", "run_worker",
+           "IteratorCheckpoint", "NotCheckpointableError", "check_checkpointable",
            "__version__"]

@@ -14,6 +14,7 @@ README "Speed". ``autotune=True`` turns it back on.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Dict, List, Optional
 
 import tensorflow as tf
@@ -24,6 +25,10 @@ from pipeline import decode as decode_lib
 from pipeline import badfiles as errors_lib
 from pipeline import index as index_lib
 from pipeline import transform
+
+# Name of the skip-mode recorder op; pipeline.resume recognises it as
+# checkpoint-safe (it only records, it produces no elements).
+SKIP_RECORDER_NAME = "pipeline_skip_recorder"
 
 LABEL_DTYPE = {"int": tf.int32, "categorical": tf.float32, "binary": tf.float32,
                "multi_hot": tf.float32, "float": tf.float32}
@@ -242,8 +247,21 @@ def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel
             def fail():
                 keys, count = tf.cond(any_lost, lost_keys, lambda: (
                     tf.zeros([0], empty.dtype), tf.constant(0, tf.int64)))
-                done = tf.py_function(record, [keys, count, tf.boolean_mask(key, bad),
-                                               tf.boolean_mask(reason, bad)], tf.bool)
+                bad_keys, bad_reasons = tf.boolean_mask(key, bad), tf.boolean_mask(reason, bad)
+                if opts.service:
+                    # py_function cannot run on tf.data service workers: the
+                    # skip is reported on the worker's stderr instead, and
+                    # pipeline.errors(ds) stays empty.
+                    done = tf.print("pipeline: skipped", tf.strings.reduce_join(
+                        tf.strings.join([tf.map_fn(source.name, bad_keys,
+                                                   fn_output_signature=tf.string),
+                                         bad_reasons], " "), separator="; "),
+                        "; decoder failed:", tf.map_fn(source.name, keys,
+                                                       fn_output_signature=tf.string),
+                        output_stream=sys.stderr)
+                else:
+                    done = tf.py_function(record, [keys, count, bad_keys, bad_reasons],
+                                          tf.bool, name=SKIP_RECORDER_NAME)
                 with tf.control_dependencies([done]):
                     return tf.identity(keep)
 
@@ -311,6 +329,11 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
         opts.channels, opts.max_pixels, opts.exif_orientation, use_tfio=use_tfio,
         exif_in_graph=exif_in_graph, only_format=fmts.pop() if len(fmts) == 1 else None,
         pre_errors=bool(bad) or records is not None)
+    if opts.service and opts.on_error == "skip" and opts.max_errors is not None:
+        raise ValueError(
+            "`max_errors` cannot be enforced with `service=` (skips happen on the "
+            f"service workers). Received: max_errors={opts.max_errors!r}, "
+            f"service={opts.service!r}")
     error_log = errors_lib.ErrorLog(n, opts.max_errors)
     has_weights = idx.weights is not None
     label_dtype = tf.float32 if opts.label_mode in ("multi_hot", "float") else tf.int64
@@ -331,11 +354,19 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
         label0 = tf.zeros_like(tf.constant(labels[0], label_dtype))
         # plan: shard (InputContext) before shuffling, shuffle rows, never pixels.
         if ctx is not None and ctx.num_input_pipelines > 1:
-            if n >= ctx.num_input_pipelines:
-                plan = plan.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-            else:
-                logging.warning("pipeline: %d files < %d input pipelines: every pipeline "
-                                "reads all files", n, ctx.num_input_pipelines)
+            # One element per file, so sharding the path list *is* element
+            # sharding: exactly-once across pipelines in every case.
+            plan = plan.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            if n < ctx.num_input_pipelines:
+                logging.warning("pipeline: %d files < %d input pipelines: elements are "
+                                "sharded one per pipeline; input pipeline %d %s", n,
+                                ctx.num_input_pipelines, ctx.input_pipeline_id,
+                                "gets no elements" if ctx.input_pipeline_id >= n
+                                else "gets 1 element")
+        if opts.service and opts.processing_mode == "file":
+            # tf.data service "file" mode = ShardingPolicy.HINT: the dispatcher
+            # fills in (num_workers, worker_index); see pipeline.distribute.
+            plan = plan.shard(tf.data.experimental.SHARD_HINT, tf.data.experimental.SHARD_HINT)
         if opts.shuffle and opts.cache is None:
             plan = plan.shuffle(n, seed=opts.seed, reshuffle_each_iteration=True)
     else:  # the switch: encoded bytes, planned (sharded, shuffled) by the caller
@@ -383,11 +414,16 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     options = tf.data.Options()
     options.autotune.enabled = bool(opts.autotune)
     options.deterministic = opts.is_deterministic
-    if opts.on_error != "raise":
-        # The skip recorder is external state; it need not be checkpointed.
-        options.experimental_external_state_policy = (
-            tf.data.experimental.ExternalStatePolicy.IGNORE)
+    # Iterator checkpoints (tf.train.Checkpoint(iterator=it)): the stateful ops
+    # in this graph hold no state across elements (the raise-mode Assert, the
+    # skip recorder's py_function), so ignoring them is exact.
+    options.experimental_external_state_policy = (
+        tf.data.experimental.ExternalStatePolicy.IGNORE)
     ds = ds.with_options(options)
+
+    if opts.service:
+        from pipeline import distribute as distribute_lib  # pylint: disable=import-outside-toplevel
+        ds = ds.apply(distribute_lib.service_transformation(opts))
 
     ds.class_names = list(idx.class_names) if idx.class_names else None
     ds.file_paths = list(idx.paths) if records is None else records.file_paths

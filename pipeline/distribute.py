@@ -1,0 +1,251 @@
+"""Scale-out with standard TensorFlow only: ``tf.distribute`` and the tf.data service.
+
+There is no home-made engine here. Three pieces:
+
+* ``distribute_dataset(strategy, factory, ...)``: builds one input pipeline per
+  ``tf.distribute.InputContext`` through
+  ``strategy.distribute_datasets_from_function``; the factory shards the *path
+  list* by input pipeline before shuffling, and ``batch_size`` is the global
+  batch (each replica gets ``input_context.get_per_replica_batch_size``).
+* ``service_transformation(opts)``: the ``tf.data.experimental.service.distribute``
+  transformation that ``pipeline.build`` applies when a factory is given
+  ``service="grpc://host:port"``.
+* ``run_dispatcher`` / ``run_worker``: start the tf.data service servers (what
+  ``python -m pipeline service dispatcher|worker`` calls).
+
+Processing modes (``processing_mode=``), from the tf.data service guide
+(https://www.tensorflow.org/api_docs/python/tf/data/experimental/service):
+
+=========  ==========================  ===============================================
+mode       ShardingPolicy              guarantee (healthy workers)
+=========  ==========================  ===============================================
+"off"      ``OFF``                     every worker produces a full epoch: with N
+                                       workers each file is seen N times per epoch.
+"dynamic"  ``DYNAMIC``                 the dispatcher hands out splits of the path
+                                       list: each file exactly once per epoch.
+"file"     ``HINT`` (path-list shard)  worker k reads paths k, k+N, ...: each file
+                                       exactly once; needs a fixed worker list
+                                       (``run_dispatcher(worker_addresses=...)``).
+=========  ==========================  ===============================================
+
+``"file"`` uses ``ShardingPolicy.HINT`` because a ``pipeline`` source is a list
+of paths (``from_tensor_slices``), not a file-reader dataset: tf.data's ``FILE``
+auto-sharding finds no reader op to shard and fails, whereas the path list
+carries a ``shard(SHARD_HINT, SHARD_HINT)`` that the dispatcher fills with
+(number of workers, worker index): file-level sharding, as ``FILE`` intends.
+
+A killed worker is not recovered mid-epoch by the service: see
+``tests/test_service.py`` for the figures measured (elements lost or repeated).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable, Optional, Sequence
+
+import tensorflow as tf
+from absl import logging
+
+from pipeline import config as config_lib
+
+PROCESSING_MODES = {
+    "off": tf.data.experimental.service.ShardingPolicy.OFF,
+    "dynamic": tf.data.experimental.service.ShardingPolicy.DYNAMIC,
+    "file": tf.data.experimental.service.ShardingPolicy.HINT,
+}
+
+
+# --- tf.distribute -----------------------------------------------------------
+
+def distribute_dataset(strategy: tf.distribute.Strategy, factory: Callable, *args,
+                       input_options: Optional[tf.distribute.InputOptions] = None,
+                       **factory_kwargs):
+    """One ``pipeline`` input pipeline per input context, distributed by ``strategy``.
+
+    Calls ``strategy.distribute_datasets_from_function(fn)`` where
+    ``fn(input_context) = factory(*args, input_context=input_context,
+    **factory_kwargs)``. The factory shards the path list by
+    ``input_context.input_pipeline_id`` before shuffling (each file goes to
+    exactly one input pipeline per epoch; with fewer files than pipelines the
+    surplus pipelines get no elements, logged) and batches with
+    ``input_context.get_per_replica_batch_size(batch_size)``.
+
+    Note: ``MirroredStrategy`` on one machine has ONE input pipeline (its
+    per-replica batches are split from it); multi-worker strategies have one
+    per worker.
+
+    Example::
+
+        strategy = tf.distribute.MirroredStrategy()
+        dist = pipeline.distribute_dataset(strategy, pipeline.from_directory,
+                                           "data/train", batch_size=256, seed=None)
+        for x, y in dist: strategy.run(step, args=(x, y))
+
+    Args:
+        strategy: a ``tf.distribute.Strategy``.
+        factory: a ``pipeline`` factory (``from_directory``, ``from_paths``, ...)
+            or any callable accepting ``input_context=``.
+        *args: positional arguments of the factory (e.g. the directory).
+        input_options: optional ``tf.distribute.InputOptions``.
+        **factory_kwargs: keyword options of the factory; ``batch_size`` is the
+            global batch size.
+
+    Returns:
+        A ``tf.distribute.DistributedDataset``; iterate it, or pass it to
+        ``model.fit``. Elements are per-replica values.
+
+    Raises:
+        ValueError: ``factory_kwargs`` already holds ``input_context``, or
+            ``factory`` does not accept it; the factory's own ValueErrors.
+    """
+    if "input_context" in factory_kwargs:
+        raise ValueError(
+            "`input_context` is passed by distribute_dataset itself. "
+            f"Received: input_context={factory_kwargs['input_context']!r}")
+    if not callable(factory):
+        raise ValueError(f"`factory` must be callable. Received: factory={factory!r}")
+    try:
+        params = inspect.signature(factory).parameters
+        ok = "input_context" in params or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    except (TypeError, ValueError):  # builtins without a signature
+        ok = True
+    if not ok:
+        raise ValueError(
+            "`factory` must accept an `input_context=` keyword argument (e.g. "
+            f"pipeline.from_directory). Received: factory={factory!r}")
+
+    def dataset_fn(input_context: tf.distribute.InputContext):
+        logging.info("pipeline: input pipeline %d of %d (%d replicas in sync)",
+                     input_context.input_pipeline_id, input_context.num_input_pipelines,
+                     input_context.num_replicas_in_sync)
+        return factory(*args, input_context=input_context, **factory_kwargs)
+
+    return strategy.distribute_datasets_from_function(dataset_fn, options=input_options)
+
+
+# --- tf.data service ---------------------------------------------------------
+
+def _register_tfio_ops(load_tfio: bool):
+    """Imports tensorflow-io so its ops (WebP/TIFF/EXIF decode) are registered.
+
+    Pipeline graphs that meet WebP, TIFF, EXIF JPEGs or remote URIs contain
+    tensorflow-io ops; a dispatcher or worker without them refuses the job with
+    "Op type not registered 'IO>DecodeTiffInfo'" (seen here on real photos).
+    """
+    if not load_tfio:
+        return
+    try:
+        # The op library is loaded lazily on first attribute access: force it.
+        from tensorflow_io.python.ops import core_ops  # pylint: disable=import-outside-toplevel
+        core_ops._load()  # pylint: disable=protected-access
+    except (ImportError, NotImplementedError, AttributeError):
+        logging.warning("pipeline: tensorflow-io is not usable: jobs whose graphs need "
+                        "its ops (WebP, TIFF, EXIF orientation, URIs) will be refused")
+
+
+def service_transformation(opts: config_lib.ImageOptions):
+    """The ``tf.data.experimental.service.distribute`` transformation for ``opts``.
+
+    Args:
+        opts: validated options with ``service`` set ("grpc://host:port" or
+            "host:port").
+
+    Returns:
+        A function ``Dataset -> Dataset`` for ``ds.apply``.
+    """
+    service = opts.service
+    if "://" in service:
+        protocol, address = service.split("://", 1)
+    else:
+        protocol, address = "grpc", service
+    return tf.data.experimental.service.distribute(
+        processing_mode=PROCESSING_MODES[opts.processing_mode],
+        service=(protocol, address),
+        job_name=opts.job_name)
+
+
+def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] = None,
+                   work_dir: Optional[str] = None, fault_tolerant_mode: bool = False,
+                   job_gc_timeout_ms: Optional[int] = None,
+                   worker_timeout_ms: Optional[int] = None, load_tfio: bool = True,
+                   block: bool = True):
+    """Starts a tf.data service dispatcher (``tf.data.experimental.service.DispatchServer``).
+
+    Args:
+        port: int, TCP port to listen on (0 picks a free one).
+        worker_addresses: list of "host:port" of the workers, or None. Required
+            for ``processing_mode="file"``, whose workers must then use those
+            fixed ports.
+        work_dir: str or None, where the dispatcher journals its state.
+        fault_tolerant_mode: bool, journal state to ``work_dir`` for restarts.
+        job_gc_timeout_ms: int or None, ms before an unused job is collected.
+        worker_timeout_ms: int or None, ms without heartbeat before a worker is
+            considered gone.
+        load_tfio: bool, import tensorflow-io first so that graphs using its
+            ops (WebP, TIFF, EXIF orientation) are accepted.
+        block: bool, wait until the server stops (the CLI) or return at once.
+
+    Returns:
+        The started ``DispatchServer`` (its ``target`` is "grpc://host:port").
+    """
+    _register_tfio_ops(load_tfio)
+    kw = {}
+    if job_gc_timeout_ms is not None:
+        kw["job_gc_timeout_ms"] = job_gc_timeout_ms
+    if worker_timeout_ms is not None:
+        kw["worker_timeout_ms"] = worker_timeout_ms
+    cfg = tf.data.experimental.service.DispatcherConfig(
+        port=port, worker_addresses=list(worker_addresses) if worker_addresses else None,
+        work_dir=work_dir, fault_tolerant_mode=fault_tolerant_mode, **kw)
+    server = tf.data.experimental.service.DispatchServer(cfg, start=True)
+    logging.info("pipeline: tf.data service dispatcher at %s (workers: %s)", server.target,
+                 worker_addresses or "any")
+    print(f"pipeline: dispatcher listening at {server.target}", flush=True)
+    if block:
+        server.join()
+    return server
+
+
+def run_worker(dispatcher_address: str, port: int = 0,
+               worker_address: Optional[str] = None,
+               heartbeat_interval_ms: Optional[int] = None,
+               dispatcher_timeout_ms: Optional[int] = None, load_tfio: bool = True,
+               block: bool = True):
+    """Starts a tf.data service worker (``tf.data.experimental.service.WorkerServer``).
+
+    Args:
+        dispatcher_address: "host:port" (a "grpc://" prefix is accepted).
+        port: int, TCP port (0 picks a free one; ``processing_mode="file"``
+            needs the fixed port listed in the dispatcher's worker_addresses).
+        worker_address: "host:port" the dispatcher and clients use to reach this
+            worker; default "localhost:<port>". With "file" mode it must match
+            the dispatcher's ``worker_addresses`` entry exactly.
+        heartbeat_interval_ms: int or None.
+        dispatcher_timeout_ms: int or None, how long to retry reaching the
+            dispatcher.
+        load_tfio: bool, import tensorflow-io first so that graphs using its
+            ops (WebP, TIFF, EXIF orientation) can run.
+        block: bool, wait until the server stops (the CLI) or return at once.
+
+    Returns:
+        The started ``WorkerServer``.
+    """
+    if "://" in dispatcher_address:
+        dispatcher_address = dispatcher_address.split("://", 1)[1]
+    _register_tfio_ops(load_tfio)
+    kw = {}
+    if heartbeat_interval_ms is not None:
+        kw["heartbeat_interval_ms"] = heartbeat_interval_ms
+    if dispatcher_timeout_ms is not None:
+        kw["dispatcher_timeout_ms"] = dispatcher_timeout_ms
+    if worker_address is None and port:
+        worker_address = f"localhost:{port}"
+    cfg = tf.data.experimental.service.WorkerConfig(
+        dispatcher_address=dispatcher_address, worker_address=worker_address, port=port, **kw)
+    server = tf.data.experimental.service.WorkerServer(cfg, start=True)
+    logging.info("pipeline: tf.data service worker on port %d -> %s", port, dispatcher_address)
+    print(f"pipeline: worker on port {port} serving dispatcher {dispatcher_address}", flush=True)
+    if block:
+        server.join()
+    return server

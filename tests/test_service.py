@@ -1,0 +1,171 @@
+"""tf.data service: a dispatcher and two workers as real processes on 127.0.0.1.
+
+Checks what each processing mode guarantees, and measures what a worker killed
+mid-epoch costs (lost / repeated elements), with hard timeouts: NOTES.md saw a
+consumer block for minutes after a worker died.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import pipeline
+from tests._scale_helpers import REPO, make_images
+
+N = 24
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(code):
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _wait_port(port, proc, timeout=40):
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stdout.read()[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"port {port} did not open")
+
+
+def _stop(proc):
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = make_images(tmp_path_factory.mktemp("imgs"), N)
+    dport, w1, w2 = _free_port(), _free_port(), _free_port()
+    workers = [f"localhost:{w1}", f"localhost:{w2}"]
+    procs = {"dispatcher": _spawn(
+        "from pipeline.distribute import run_dispatcher\n"
+        f"run_dispatcher({dport}, worker_addresses={workers!r}, worker_timeout_ms=2000)")}
+    for name, port in (("w1", w1), ("w2", w2)):
+        procs[name] = _spawn(
+            "from pipeline.distribute import run_worker\n"
+            f"run_worker('localhost:{dport}', {port}, heartbeat_interval_ms=500)")
+    try:
+        for name, port in (("dispatcher", dport), ("w1", w1), ("w2", w2)):
+            _wait_port(port, procs[name])
+        time.sleep(1.0)  # workers register with the dispatcher after their port opens
+        yield {"root": root, "service": f"grpc://localhost:{dport}", "procs": procs}
+    finally:
+        for p in procs.values():
+            _stop(p)
+
+
+def _epoch(cluster, mode, **kw):
+    ds = pipeline.from_directory(cluster["root"], image_size=(8, 8), batch_size=4,
+                                 service=cluster["service"], processing_mode=mode, **kw)
+    return sorted(int(v) for x, _ in ds for v in x[:, 0, 0, 0].numpy())
+
+
+def test_dynamic_is_exactly_once(cluster):
+    assert _epoch(cluster, "dynamic") == list(range(N))
+
+
+def test_file_is_exactly_once(cluster):
+    assert _epoch(cluster, "file") == list(range(N))
+
+
+def test_off_gives_a_full_epoch_per_worker(cluster):
+    assert _epoch(cluster, "off") == sorted(list(range(N)) * 2)
+
+
+def test_skip_mode_on_workers_is_graph_only(cluster, tmp_path):
+    root = make_images(tmp_path, 6, classes=2)
+    with open(os.path.join(root, "c0", "bad.png"), "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + b"garbage" * 10)
+    ds = pipeline.from_directory(root, image_size=(8, 8), batch_size=4, on_error="skip",
+                                 service=cluster["service"], processing_mode="dynamic")
+    got = sorted(int(v) for x, _ in ds for v in x[:, 0, 0, 0].numpy())
+    assert got == list(range(6))
+    with pytest.raises(ValueError, match="max_errors"):
+        pipeline.from_directory(root, image_size=(8, 8), on_error="skip", max_errors=1,
+                                service=cluster["service"])
+
+
+_SLOW_CONSUMER = textwrap.dedent("""
+    import sys, time
+    import pipeline
+    ds = pipeline.from_directory({root!r}, image_size=(512, 512), batch_size=None,
+                                 service={service!r}, processing_mode={mode!r})
+    for x, _ in ds:
+        print("E", int(x[0, 0, 0]), flush=True)
+        time.sleep(0.02)
+    print("DONE", flush=True)
+""")
+
+
+KILL_N, KILL_AFTER = 150, 3
+# One worker can be killed per module run (the cluster is shared): "dynamic" by
+# default; PIPELINE_KILL_MODE=off or =file measures the other modes.
+KILL_MODE = os.environ.get("PIPELINE_KILL_MODE", "dynamic")
+
+
+def test_worker_killed_mid_epoch(cluster, tmp_path):
+    """Worker w2 killed after the consumer saw KILL_AFTER elements (default mode DYNAMIC).
+
+    Figures printed (run with -s). Measured on the 2-core machine, 150 files,
+    w2 killed after 8-9 elements reached the consumer: 23-24 delivered,
+    126-127 lost, 0 repeated, and the consumer never finished (it blocked until
+    this test's 20 s bound). Why so many: with DYNAMIC sharding each split is
+    one path, and a worker's whole-epoch path shuffle buffer pulls splits
+    eagerly, so the killed worker held most of the epoch. The service does not
+    re-issue a dead worker's splits: treat a worker failure as a lost epoch
+    (restart the job), not as a small gap.
+    PIPELINE_KILL_MODE=off (w2 killed after 10): 163 of the 300 expected
+    delivered (w1's full epoch + 13 from w2), 0 files lost entirely (w1 covers
+    them), consumer blocked. =file (killed after 9): 75 delivered, exactly
+    w2's shard (75) lost, 0 repeated, consumer blocked.
+    """
+    root = make_images(tmp_path, KILL_N)
+    consumer = _spawn(_SLOW_CONSUMER.format(root=root, service=cluster["service"],
+                                            mode=KILL_MODE))
+    lines, killed = [], False
+    reader = threading.Thread(target=lambda: lines.extend(consumer.stdout), daemon=True)
+    reader.start()
+
+    def elements():
+        return [int(l.split()[1]) for l in list(lines) if l.startswith("E ")]
+
+    end = time.time() + 20          # the consumer may block for minutes: bound it
+    while time.time() < end and consumer.poll() is None:
+        if not killed and len(elements()) >= KILL_AFTER:
+            _stop(cluster["procs"]["w2"])
+            killed, killed_at = True, len(elements())
+        time.sleep(0.1)
+    _stop(consumer)
+    reader.join(timeout=5)
+    seen = elements()
+    done = any(l.startswith("DONE") for l in lines)
+    report = {"mode": KILL_MODE, "files": KILL_N, "killed_after": killed_at,
+              "delivered": len(seen),
+              "unique": len(set(seen)), "repeated": len(seen) - len(set(seen)),
+              "lost": KILL_N - len(set(seen)), "expected": KILL_N * (2 if KILL_MODE == "off" else 1), "consumer_finished": done}
+    print("WORKER_KILL", json.dumps(report))
+    assert killed
+    if KILL_MODE != "off":          # OFF repeats by design: one epoch per worker
+        assert report["repeated"] == 0
+    assert set(seen) <= set(range(KILL_N))
