@@ -39,6 +39,24 @@ flags.DEFINE_string("on_error", "raise", "bench: pipeline's on_error ('raise' or
 # scan
 flags.DEFINE_integer("max_pixels", None, "scan: header pixel limit (default Pillow's 178,956,970).")
 flags.DEFINE_bool("follow_links", False, "scan: follow linked folders (loop-safe).")
+# convert
+flags.DEFINE_integer("num_shards", None, "convert: shards to write (default: ~1 per 128 MiB).")
+flags.DEFINE_integer("num_workers", None, "convert: writer threads.")
+flags.DEFINE_string("path_column", None, "convert: manifest path column.")
+flags.DEFINE_list("label_columns", None, "convert: manifest label column(s).")
+flags.DEFINE_string("root", None, "convert: manifest root for relative paths.")
+flags.DEFINE_bool("allow_outside_root", False, "convert: allow manifest paths outside root.")
+# service
+flags.DEFINE_integer("port", None, "service: port (dispatcher default 5050, worker 0 = any).")
+flags.DEFINE_string("dispatcher_address", None, "service worker: dispatcher host:port.")
+flags.DEFINE_string("worker_address", None, "service worker: address to advertise "
+                    "(default localhost:<port>).")
+flags.DEFINE_list("worker_addresses", None, "service dispatcher: fixed worker host:ports "
+                  "(needed for processing_mode='file').")
+flags.DEFINE_string("work_dir", None, "service dispatcher: journal folder (fault tolerance).")
+flags.DEFINE_bool("fault_tolerant_mode", False, "service dispatcher: journal state to work_dir.")
+flags.DEFINE_integer("worker_timeout_ms", None, "service dispatcher: worker heartbeat timeout.")
+flags.DEFINE_integer("heartbeat_interval_ms", None, "service worker: heartbeat interval.")
 
 
 def _parse_size(values):
@@ -93,10 +111,54 @@ def cmd_bench(argv):
     return 0
 
 
+def cmd_convert(argv):
+    """python -m pipeline convert SRC OUT [--num_shards=N] [--flags]."""
+    from pipeline import shards
+
+    if len(argv) != 3:
+        raise app.UsageError("usage: python -m pipeline convert SRC OUT [--num_shards=N]. "
+                             f"Received: {argv[1:]!r}")
+    if FLAGS.num_shards is not None and FLAGS.num_shards <= 0:
+        raise app.UsageError(f"--num_shards must be > 0. Received: {FLAGS.num_shards}")
+    kw = {k: getattr(FLAGS, k) for k in ("path_column", "label_columns", "root")
+          if getattr(FLAGS, k)}
+    if FLAGS.allow_outside_root:
+        kw["allow_outside_root"] = True
+    meta = shards.convert(argv[1], argv[2], FLAGS.num_shards, progress=FLAGS.progress,
+                          num_workers=FLAGS.num_workers, **kw)
+    print(json.dumps({k: meta[k] for k in ("num_examples", "class_names", "shards")}))
+    return 0
+
+
+def cmd_service(argv):
+    """python -m pipeline service dispatcher|worker [--flags]."""
+    from pipeline import distribute
+
+    role = argv[1] if len(argv) > 1 else None
+    if role == "dispatcher" and len(argv) == 2:
+        distribute.run_dispatcher(
+            port=5050 if FLAGS.port is None else FLAGS.port,
+            worker_addresses=FLAGS.worker_addresses, work_dir=FLAGS.work_dir,
+            fault_tolerant_mode=FLAGS.fault_tolerant_mode,
+            worker_timeout_ms=FLAGS.worker_timeout_ms)
+        return 0
+    if role == "worker" and len(argv) == 2:
+        if not FLAGS.dispatcher_address:
+            raise app.UsageError("service worker needs --dispatcher_address=HOST:PORT")
+        distribute.run_worker(FLAGS.dispatcher_address, port=FLAGS.port or 0,
+                              worker_address=FLAGS.worker_address,
+                              heartbeat_interval_ms=FLAGS.heartbeat_interval_ms)
+        return 0
+    raise app.UsageError("usage: python -m pipeline service dispatcher|worker [--flags]. "
+                         f"Received: {argv[1:]!r}")
+
+
 cli.COMMANDS["bench"] = cmd_bench
+cli.COMMANDS["convert"] = cmd_convert
+cli.COMMANDS["service"] = cmd_service
 COMMANDS = cli.COMMANDS
 # Commands implemented in other modules define their flags and register here.
-for _mod in ("pipeline.report", "pipeline.shards", "pipeline.distribute"):
+for _mod in ("pipeline.report",):
     try:
         __import__(_mod)
     except ModuleNotFoundError as e:

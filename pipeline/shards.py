@@ -10,7 +10,6 @@ batching are the very graph ``from_directory`` builds.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import concurrent.futures
 import json
@@ -367,42 +366,3 @@ def convert(src, out, num_shards: Optional[int] = None, progress: bool = True,
     """``write_tfrecords`` under its command-line name; returns the sidecar dict."""
     return write_tfrecords(src, out, num_shards, progress=progress, num_workers=num_workers,
                            **index_kw)
-
-
-def convert_main(argv: Sequence[str]) -> int:
-    """``python -m pipeline convert SRC OUT [flags]``: writes TFRecord shards.
-
-    Args:
-        argv: the arguments after ``convert``: ``SRC OUT [--num_shards=N]
-            [--no_progress] [--num_workers=N] [--path_column=COL]
-            [--label_columns=A,B] [--root=DIR] [--allow_outside_root]``.
-
-    Prints the sidecar (JSON) on stdout and returns 0.
-    """
-    p = argparse.ArgumentParser(prog="python -m pipeline convert",
-                                description="Write TFRecord shards of encoded images.")
-    p.add_argument("src", help="folder of class sub-folders, manifest (.csv/.jsonl) or URI")
-    p.add_argument("out", help="output folder (or URI) for shards and dataset.json")
-    p.add_argument("--num_shards", type=int, default=None,
-                   help="shards to write (default: about one per 128 MiB)")
-    p.add_argument("--num_workers", type=int, default=None, help="writer threads")
-    p.add_argument("--no_progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--progress", dest="no_progress", action="store_false")
-    p.add_argument("--path_column", default=None, help="manifest path column")
-    p.add_argument("--label_columns", default=None, help="manifest label column(s), comma-separated")
-    p.add_argument("--root", default=None, help="manifest root for relative paths")
-    p.add_argument("--allow_outside_root", action="store_true")
-    a = p.parse_args(list(argv))
-    kw = {}
-    if a.path_column:
-        kw["path_column"] = a.path_column
-    if a.label_columns:
-        kw["label_columns"] = a.label_columns.split(",")
-    if a.root:
-        kw["root"] = a.root
-    if a.allow_outside_root:
-        kw["allow_outside_root"] = True
-    meta = convert(a.src, a.out, a.num_shards, progress=not a.no_progress,
-                   num_workers=a.num_workers, **kw)
-    print(json.dumps({k: meta[k] for k in ("num_examples", "class_names", "shards")}))
-    return 0

@@ -29,9 +29,11 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _spawn(code):
+def _spawn(code=None, args=None):
+    """Python code (-c) or command-line args, in its own process group."""
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+    cmd = [sys.executable] + (["-c", code] if code is not None else list(args))
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -58,13 +60,14 @@ def cluster(tmp_path_factory):
     root = make_images(tmp_path_factory.mktemp("imgs"), N)
     dport, w1, w2 = _free_port(), _free_port(), _free_port()
     workers = [f"localhost:{w1}", f"localhost:{w2}"]
-    procs = {"dispatcher": _spawn(
-        "from pipeline.distribute import run_dispatcher\n"
-        f"run_dispatcher({dport}, worker_addresses={workers!r}, worker_timeout_ms=2000)")}
+    # The servers are started through the command line users run.
+    procs = {"dispatcher": _spawn(args=[
+        "-m", "pipeline", "service", "dispatcher", f"--port={dport}",
+        f"--worker_addresses={','.join(workers)}", "--worker_timeout_ms=2000"])}
     for name, port in (("w1", w1), ("w2", w2)):
-        procs[name] = _spawn(
-            "from pipeline.distribute import run_worker\n"
-            f"run_worker('localhost:{dport}', {port}, heartbeat_interval_ms=500)")
+        procs[name] = _spawn(args=[
+            "-m", "pipeline", "service", "worker", f"--dispatcher_address=localhost:{dport}",
+            f"--port={port}", "--heartbeat_interval_ms=500"])
     try:
         for name, port in (("dispatcher", dport), ("w1", w1), ("w2", w2)):
             _wait_port(port, procs[name])

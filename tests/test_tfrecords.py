@@ -1,6 +1,8 @@
 """write_tfrecords / from_tfrecords / convert: encoded bytes in, same elements out."""
 
 import json
+import subprocess
+import sys
 import os
 
 import numpy as np
@@ -115,10 +117,13 @@ def test_errors(folder, tmp_path):
         pipeline.from_tfrecords(str(tmp_path / "r"), label_mode="float")
 
 
-def test_convert_main(folder, tmp_path, capsys):
+def test_convert_cli(folder, tmp_path):
     out = str(tmp_path / "cli")
-    assert shards.convert_main([folder, out, "--num_shards=2", "--no_progress"]) == 0
-    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "convert", folder, out,
+                           "--num_shards=2", "--noprogress"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert printed["num_examples"] == 9 and len(printed["shards"]) == 2
     assert sorted(os.listdir(out)) == ["data-00000-of-00002.tfrecord",
                                        "data-00001-of-00002.tfrecord", "dataset.json"]
