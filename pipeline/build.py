@@ -127,10 +127,10 @@ class _Source:
             return tf.strings.split(key, "\x00")[0]
         return tf.gather(self.paths_table, tf.maximum(key, 0))
 
-    def load(self, key, pre_error, has_exif, contents):
+    def load(self, key, pre_error, has_exif, contents, **kw):
         if self.records:
-            return self.decoder.load_bytes(contents, has_exif, pre_error)
-        return self.decoder.load(self.name(key), has_exif, pre_error)
+            return self.decoder.load_bytes(contents, has_exif, pre_error, **kw)
+        return self.decoder.load(self.name(key), has_exif, pre_error, **kw)
 
     def why_failed(self, key):
         """In-graph reason for a file whose decoder raised (reads it again)."""
@@ -150,7 +150,55 @@ class _Source:
         return self.paths_table[max(int(key), 0)].numpy().decode("utf-8", "replace")
 
 
-def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel):
+def _seeds(opts):
+    """Per-element stateless seeds [2] int64: a fresh, seeded stream each epoch.
+
+    ``Dataset.random(seed, rerandomize_each_iteration=True)`` is zipped to the
+    plan in epoch order, so an element's seed depends on (seed, epoch,
+    position), never on thread timing.
+    """
+    return tf.data.Dataset.random(seed=opts.seed, rerandomize_each_iteration=True).batch(2)
+
+
+def _transform(source, opts, key, pre_error, has_exif, contents, seed):
+    """Decode + resize (+ augment) one element; picks the fast JPEG paths.
+
+    * ``augment`` with ``random_resized_crop``: the crop window comes from the
+      header and seed, and only it is decoded (``decode_and_crop_jpeg``).
+    * ``resize="crop"``: the centre window, likewise.
+    * ``resize="stretch"/"pad"``: a JPEG >= 2x the target in both sides is
+      decoded at 1/2, 1/4 or 1/8 scale first (libjpeg DCT scaling).
+    ``fast_jpeg=False`` turns all three off (decode whole, then transform).
+    """
+    aug = opts.augment
+    size = opts.image_size
+    fast = opts.fast_jpeg
+    rrc = aug is not None and aug.random_resized_crop is not None and opts.cache is None
+    if rrc:
+        window = (lambda shape: aug.crop_window(shape, seed)) if fast else None
+        image, reason = source.load(key, pre_error, has_exif, contents, window_fn=window)
+        image = aug(image, seed, output_size=size, crop_done=window is not None)
+        return image, reason
+    if size is not None and opts.resize == "crop" and fast:
+        th, tw = size
+
+        def window(shape):
+            return transform.center_crop_window(shape[0], shape[1], th, tw)
+
+        image, reason = source.load(key, pre_error, has_exif, contents, window_fn=window)
+        image = transform.resize(image, size, "stretch", opts.interpolation)
+    else:
+        target = size if (size is not None and fast) else None
+        image, reason = source.load(key, pre_error, has_exif, contents, target=target)
+        if size is not None:
+            image = transform.resize(image, size, opts.resize, opts.interpolation)
+    if aug is not None and opts.cache is None:
+        image = aug(image, seed)
+    return image, reason
+
+
+def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel,
+                  out_batch=None):
     """Plan elements -> ``(image, label, weight)`` with the bad-file policy.
 
     How a decoder exception is attributed to its file without per-element
@@ -170,34 +218,40 @@ def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel
     K = CHUNK
     ds = plan.concatenate(tf.data.Dataset.from_tensors(sentinel)).batch(K)
     empty = source.empty_key
+    augment_here = opts.augment is not None and opts.cache is None
+    if augment_here:
+        ds = tf.data.Dataset.zip(ds, _seeds(opts).batch(K))
+    else:
+        ds = ds.map(lambda *chunk: (chunk, tf.zeros([tf.shape(chunk[0])[0], 2], tf.int64)))
 
-    def remember(state, chunk):
+    def remember(state, item):
         index, prev = state
+        chunk, seeds = item
         keys = chunk[0]
         b = tf.shape(keys, out_type=tf.int64)[0]
         padded = tf.concat([keys, tf.fill([K - b], empty)], 0)
         window = tf.concat([prev, padded], 0)  # positions (index-1)*K ... (index+1)*K-1
         pos = index * K + tf.range(b)
-        return (index + 1, padded), (pos, tf.tile(window[None], [b, 1])) + tuple(chunk)
+        return (index + 1, padded), (pos, tf.tile(window[None], [b, 1])) + tuple(chunk) + (
+            seeds[:b],)
 
     ds = ds.scan((tf.constant(0, tf.int64), tf.fill([K], empty)), remember).unbatch()
 
-    def element(pos, window, key, label, pre_error, has_exif, contents, weight):
-        image, reason = tf.cond(
-            tf.equal(pre_error, _SENTINEL),
-            lambda: (source.decoder.placeholder(), tf.constant(_SENTINEL)),
-            lambda: source.load(key, pre_error, has_exif, contents))
-        image.set_shape([None, None, opts.channels])
-        if image_size is not None:
-            image = transform.resize(image, image_size, opts.resize, opts.interpolation)
+    def element(pos, window, key, label, pre_error, has_exif, contents, weight, seed):
+        # The sentinel carries pre_error=_SENTINEL: the decoder's pre-error
+        # check passes it through without reading anything.
+        image, reason = _transform(source, opts, key, pre_error, has_exif, contents, seed)
         return image, encode_label(label), weight, pos, window, key, reason
 
     # Order is kept here (the gap check needs it); `deterministic` applies to
     # the other stages through tf.data.Options.
     ds = ds.map(element, num_parallel_calls=opts.parallelism, deterministic=True)
     ds = ds.ignore_errors()
-    # Variable-size (native) images cannot be batched: check them one by one.
-    ds = ds.batch(K if image_size is not None else 1)
+    # The check runs on the user's batches when nothing sits between here and
+    # batching (a batch that held a skipped file is then smaller by that
+    # many); otherwise on internal chunks that are unbatched again.
+    # Variable-size (native) images cannot be batched: checked one by one.
+    ds = ds.batch(out_batch or (K if image_size is not None else 1))
 
     def check(last, batch):
         image, y, weight, pos, window, key, reason = batch
@@ -270,7 +324,8 @@ def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel
         return pos[-1], tf.cond(tf.reduce_all(keep), lambda: out,
                                 lambda: tuple(tf.boolean_mask(t, keep) for t in out))
 
-    return ds.scan(tf.constant(-1, tf.int64), check).unbatch()
+    ds = ds.scan(tf.constant(-1, tf.int64), check)
+    return ds if out_batch else ds.unbatch()
 
 
 def diagnose_file(path: str) -> str:
@@ -328,7 +383,7 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     decoder = decode_lib.Decoder(
         opts.channels, opts.max_pixels, opts.exif_orientation, use_tfio=use_tfio,
         exif_in_graph=exif_in_graph, only_format=fmts.pop() if len(fmts) == 1 else None,
-        pre_errors=bool(bad) or records is not None)
+        pre_errors=True)  # the end-of-epoch sentinel travels as a pre-error
     if opts.service and opts.on_error == "skip" and opts.max_errors is not None:
         raise ValueError(
             "`max_errors` cannot be enforced with `service=` (skips happen on the "
@@ -385,7 +440,13 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
                 tf.constant(b""), tf.constant(0.0))
     encode = (lambda label: _encode_label(label, opts.label_mode, num_classes)) \
         if has_labels else (lambda label: label)
-    ds = _decode_stage(plan, source, opts, error_log, encode, sentinel)
+    batch_size = opts.batch_size
+    if batch_size is not None and ctx is not None:
+        batch_size = ctx.get_per_replica_batch_size(batch_size)
+    batch_here = (batch_size is not None and opts.image_size is not None
+                  and opts.cache is None and not opts.drop_remainder)
+    ds = _decode_stage(plan, source, opts, error_log, encode, sentinel,
+                       out_batch=batch_size if batch_here else None)
     if has_labels and has_weights:
         pass
     elif has_labels:
@@ -397,11 +458,14 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
         ds = ds.cache("" if opts.cache == "memory" else str(opts.cache))
         if opts.shuffle:
             ds = ds.shuffle(min(n, 1024), seed=opts.seed, reshuffle_each_iteration=True)
+        if opts.augment is not None:  # random ops run after the cache, fresh each epoch
+            aug = opts.augment
+            ds = tf.data.Dataset.zip(ds, _seeds(opts)).map(
+                lambda el, seed: (aug(el, seed),) if not isinstance(el, tuple) else
+                (aug(el[0], seed),) + tuple(el[1:]),
+                num_parallel_calls=opts.parallelism, deterministic=opts.is_deterministic)
 
-    batch_size = opts.batch_size
-    if batch_size is not None and ctx is not None:
-        batch_size = ctx.get_per_replica_batch_size(batch_size)
-    if batch_size is not None:
+    if batch_size is not None and not batch_here:
         ds = ds.batch(batch_size, drop_remainder=opts.drop_remainder)
     if opts.dtype != tf.uint8:
         if has_labels:

@@ -71,6 +71,7 @@ class ImageOptions:
     processing_mode: str = "off"
     job_name: Optional[str] = None
     drop_remainder: bool = False
+    fast_jpeg: bool = True
 
     @property
     def parallelism(self) -> int:
@@ -200,6 +201,11 @@ def make_options(**kw) -> ImageOptions:
     if cache is not None and not isinstance(cache, (str, os.PathLike)):
         raise ValueError(f"`cache` must be None, 'memory' or a path. {received('cache', cache)}")
     _check_choice("processing_mode", o.get("processing_mode", "off"), ("off", "dynamic", "file"))
+    aug = o.get("augment")
+    if aug is not None:
+        from pipeline.augment import Augment
+        if not isinstance(aug, Augment):
+            raise ValueError(f"`augment` must be None or a pipeline.Augment. {received('augment', aug)}")
     det = o.get("deterministic")
     if det is not None and not isinstance(det, bool):
         raise ValueError(f"`deterministic` must be None or a bool. {received('deterministic', det)}")

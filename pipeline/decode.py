@@ -240,20 +240,22 @@ class Decoder:
     def placeholder(self):
         return tf.zeros([1, 1, self.channels], tf.uint8)
 
-    def _decode(self, contents, fmt, has_exif):
+    def _orient(self, img, contents, has_exif):
+        if not self.exif:
+            return img
+        return tf.cond(
+            has_exif,
+            lambda: apply_orientation(img, _tfio().experimental.image.decode_jpeg_exif(contents)),
+            lambda: img)
+
+    def _decode(self, contents, fmt, has_exif, ratio=1):
         c = self.channels
 
         def jpeg():
-            img = tf.io.decode_jpeg(contents, channels=1 if c == 1 else 3)
+            img = tf.io.decode_jpeg(contents, channels=1 if c == 1 else 3, ratio=ratio)
             if c == 4:
                 img = to_channels(img, 4)
-            if self.exif:
-                img = tf.cond(
-                    has_exif,
-                    lambda: apply_orientation(
-                        img, _tfio().experimental.image.decode_jpeg_exif(contents)),
-                    lambda: img)
-            return img
+            return self._orient(img, contents, has_exif)
 
         def png():
             return tf.io.decode_png(contents, channels=c)
@@ -281,16 +283,46 @@ class Decoder:
         img.set_shape([None, None, c])
         return img
 
-    def _checked(self, path, has_exif):
-        """Reads and decodes; returns (image, reason). May raise on corrupt data."""
-        return self._checked_bytes(tf.io.read_file(path), has_exif)
+    @staticmethod
+    def _crop(img, window_fn):
+        oy, ox, ch, cw = window_fn(tf.shape(img))
+        return img[oy:oy + ch, ox:ox + cw]
 
-    def _checked_bytes(self, contents, has_exif):
-        """Decodes encoded bytes; returns (image, reason). May raise on corrupt data."""
+    def _jpeg(self, contents, ratio=1, window=None, orientation=None):
+        """JPEG -> uint8 [h, w, channels]; optional DCT ``ratio``, crop ``window``
+        (decode_and_crop_jpeg: only the window is decoded) or EXIF orientation."""
+        c = self.channels
+        ch = 1 if c == 1 else 3
+        if window is not None:
+            img = tf.io.decode_and_crop_jpeg(contents, tf.stack(window), channels=ch)
+        else:
+            img = tf.io.decode_jpeg(contents, channels=ch, ratio=ratio)
+        if c == 4:
+            img = to_channels(img, 4)
+        if orientation is not None:
+            img = apply_orientation(img, orientation)
+        img.set_shape([None, None, c])
+        return img
+
+    def _checked(self, path, has_exif, window_fn=None, target=None):
+        """Reads and decodes; returns (image, reason). May raise on corrupt data."""
+        return self._checked_bytes(tf.io.read_file(path), has_exif, window_fn, target)
+
+    def _checked_bytes(self, contents, has_exif, window_fn=None, target=None):
+        """Decodes encoded bytes; returns (image, reason). May raise on corrupt data.
+
+        window_fn: optional ``f(shape [3] int32) -> (oy, ox, h, w)``: only that
+            window of the (displayed) image is returned; JPEGs decode only it.
+        target: optional (height, width): a JPEG at least 2x, 4x or 8x larger
+            in both dimensions is decoded at that reduced scale (libjpeg's DCT
+            scaling, ``ratio``), leaving less to resize.
+        """
+        jpeg_only = self.only == JPEG
         if self.only is not None:
             fmt = tf.constant(self.only, tf.int32)
-            if self.only == JPEG:
-                s = tf.cast(tf.image.extract_jpeg_shape(contents), tf.int64)
+            if jpeg_only:
+                shape = tf.image.extract_jpeg_shape(contents)
+                s = tf.cast(shape, tf.int64)
                 h, w = s[0], s[1]
             else:
                 h, w = header_size(contents, fmt, self.use_tfio)
@@ -309,11 +341,50 @@ class Decoder:
                 [name, " needs tensorflow-io, which this graph was built without"]), reason)
             return self.placeholder(), tf.where(fmt == UNKNOWN, diagnose(contents, fmt), reason)
 
-        return tf.cond(too_big | unsupported, why,
-                       lambda: (self._decode(contents, fmt, has_exif), tf.constant("")))
+        ok = tf.constant("")
+        if jpeg_only:
+            # One switch per element: 0 bad header; the last branch decodes a
+            # file with EXIF orientation whole and orients it; the others are
+            # the fast paths (window only, or reduced DCT scale).
+            def oriented():
+                img = self._jpeg(contents, orientation=(
+                    _tfio().experimental.image.decode_jpeg_exif(contents)))
+                return (self._crop(img, window_fn) if window_fn is not None else img), ok
 
-    def load(self, path, has_exif, pre_error):
+            if window_fn is not None:
+                fast = [lambda: (self._jpeg(contents, window=window_fn(shape)), ok)]
+                normal = tf.constant(1)
+            elif target is not None:
+                fast = [(lambda r=r: (self._jpeg(contents, ratio=r), ok)) for r in (1, 2, 4, 8)]
+                need = tf.cast(max(target), tf.int64)
+                small = tf.minimum(h, w)
+                normal = 1 + tf.add_n([tf.cast(small >= r * need, tf.int32) for r in (2, 4, 8)])
+            else:
+                fast = [lambda: (self._jpeg(contents), ok)]
+                normal = tf.constant(1)
+            branches = [why] + fast
+            if self.exif:
+                branches.append(oriented)
+                normal = tf.where(has_exif, len(branches) - 1, normal)
+            return tf.switch_case(tf.where(too_big, 0, normal), branches)
+        if window_fn is not None:
+            return tf.cond(too_big | unsupported, why, lambda: (
+                self._crop(self._decode(contents, fmt, has_exif), window_fn), ok))
+        return tf.cond(too_big | unsupported, why,
+                       lambda: (self._decode(contents, fmt, has_exif), ok))
+
+    def load(self, path, has_exif, pre_error, window_fn=None, target=None):
         """Path -> (uint8 image [h, w, channels], reason str; "" when good).
+
+        Args:
+            path: str scalar, file path or URI.
+            has_exif: bool scalar, the index saw an EXIF segment (JPEG).
+            pre_error: str scalar, a reason found at index time ("" if none).
+            window_fn: optional ``f(shape) -> (offset_y, offset_x, h, w)``,
+                pixels: return only that window of the displayed image
+                (JPEG: decode only it).
+            target: optional (height, width) the caller will resize to: JPEGs
+                at least 2x/4x/8x larger in both sides decode at reduced scale.
 
         Faults found before decoding (pre_error from the index, unknown
         format, header over ``max_pixels``) give a reason and a 1x1
@@ -323,14 +394,16 @@ class Decoder:
         ``pipeline.build``), so this hot path carries no per-element
         exception machinery.
         """
-        return self._guarded(path, has_exif, pre_error, self._checked)
+        return self._guarded(path, has_exif, pre_error,
+                             lambda p, e: self._checked(p, e, window_fn, target))
 
-    def load_bytes(self, contents, has_exif, pre_error):
+    def load_bytes(self, contents, has_exif, pre_error, window_fn=None, target=None):
         """Encoded bytes (e.g. from a TFRecord) -> (uint8 image [h, w, channels], reason).
 
-        Same checks and reasons as ``load``; nothing is read from disk.
+        Same arguments, checks and reasons as ``load``; nothing is read from disk.
         """
-        return self._guarded(contents, has_exif, pre_error, self._checked_bytes)
+        return self._guarded(contents, has_exif, pre_error,
+                             lambda c, e: self._checked_bytes(c, e, window_fn, target))
 
     def _guarded(self, source, has_exif, pre_error, checked):
         if not self.pre_errors:  # the index found no bad file: no check needed
