@@ -325,7 +325,10 @@ def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel
                                 lambda: tuple(tf.boolean_mask(t, keep) for t in out))
 
     ds = ds.scan(tf.constant(-1, tf.int64), check)
-    return ds if out_batch else ds.unbatch()
+    if not out_batch:
+        return ds.unbatch()
+    # A batch can end up empty (it held only the sentinel, or only bad files).
+    return ds.filter(lambda image, *rest: tf.shape(image)[0] > 0)
 
 
 def diagnose_file(path: str) -> str:

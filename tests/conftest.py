@@ -1,0 +1,68 @@
+"""Shared fixtures: real image files (Pillow) in temp dirs, and the shared data."""
+
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.abspath(os.path.join(REPO, "..", "shared"))
+CASES = os.path.join(SHARED, "cases")
+IMAGENET = os.path.join(SHARED, "data", "imagenet-sample")
+
+
+def solid(path, value, size=(12, 10), mode="RGB", fmt=None, **save):
+    """Writes an image whose every pixel encodes ``value`` (0-255); returns the path."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    w, h = size
+    if mode == "RGB":
+        arr = np.full((h, w, 3), value, np.uint8)
+    elif mode == "RGBA":
+        arr = np.dstack([np.full((h, w, 3), value, np.uint8), np.full((h, w), 255, np.uint8)])
+    elif mode in ("L", "P"):
+        arr = np.full((h, w), value, np.uint8)
+    elif mode == "LA":
+        arr = np.dstack([np.full((h, w), value, np.uint8), np.full((h, w), 255, np.uint8)])
+    else:
+        raise ValueError(mode)
+    img = Image.fromarray(arr, "L" if mode == "P" else ("RGB" if mode == "RGB" else mode))
+    if mode == "P":
+        img = img.convert("P")
+    img.save(path, format=fmt, **save)
+    return path
+
+
+def index_values(images):
+    """The value each (solid) image encodes: its top-left first channel."""
+    a = np.asarray(images)
+    return [int(v) for v in a[..., 0, 0, 0].reshape(-1)]
+
+
+def flatten(ds):
+    """(images, labels) of a batched (x, y) or x dataset, as numpy arrays."""
+    xs, ys = [], []
+    for el in ds:
+        if isinstance(el, tuple):
+            xs.append(el[0].numpy())
+            ys.append(el[1].numpy())
+        else:
+            xs.append(el.numpy())
+    x = np.concatenate(xs) if xs else np.zeros((0,))
+    y = np.concatenate(ys) if ys else None
+    return x, y
+
+
+@pytest.fixture
+def class_tree(tmp_path):
+    """3 classes (a: 4, b: 3, c: 5 files) of solid PNGs; value = 10 + global index."""
+    root = tmp_path / "tree"
+    expected = {}
+    k = 0
+    for cls, count in (("a", 4), ("b", 3), ("c", 5)):
+        for j in range(count):
+            v = 10 + k
+            solid(str(root / cls / f"img_{j}.png"), v)
+            expected[v] = cls
+            k += 1
+    return str(root), expected

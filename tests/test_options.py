@@ -1,0 +1,91 @@
+"""Bad arguments get a ValueError naming the argument and the value received."""
+
+import os
+
+import pytest
+
+import pipeline
+from conftest import solid
+
+
+@pytest.fixture
+def tree(tmp_path):
+    for c in ("x", "y"):
+        for i in range(2):
+            solid(str(tmp_path / "d" / c / f"{i}.png"), i)
+    return str(tmp_path / "d")
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(image_size=(0, 224)), "image_size=(0, 224)"),
+    (dict(image_size=(-5, 5)), "image_size=(-5, 5)"),
+    (dict(image_size="big"), "image_size='big'"),
+    (dict(channels=2), "channels=2"),
+    (dict(subset="training"), "subset='training'"),
+    (dict(validation_split=0.2), "subset=None"),
+    (dict(validation_split=1.5, subset="training"), "validation_split=1.5"),
+    (dict(batch_size=0), "batch_size=0"),
+    (dict(label_mode="sparse"), "label_mode='sparse'"),
+    (dict(resize="zoom"), "resize='zoom'"),
+    (dict(interpolation="cubic"), "interpolation='cubic'"),
+    (dict(on_error="ignore"), "on_error='ignore'"),
+    (dict(dtype="int8"), "dtype='int8'"),
+    (dict(image_size=None, batch_size=8), "batch_size=8"),
+    (dict(max_errors=3), "on_error='raise'"),
+    (dict(on_error="skip", max_errors=-1), "max_errors=-1"),
+    (dict(max_pixels=0), "max_pixels=0"),
+    (dict(augment="flip"), "augment='flip'"),
+    (dict(seed="1"), "seed='1'"),
+])
+def test_bad_option_names_argument_and_value(tree, kw, needle):
+    with pytest.raises(ValueError) as e:
+        pipeline.from_directory(tree, **kw)
+    assert needle in str(e.value)
+
+
+def test_unknown_option_is_a_type_error(tree):
+    with pytest.raises(TypeError, match="imagesize"):
+        pipeline.from_directory(tree, imagesize=(2, 2))
+
+
+def test_missing_directory_is_named(tmp_path):
+    missing = str(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError) as e:
+        pipeline.from_directory(missing)
+    assert missing in str(e.value)
+
+
+def test_empty_directory(tmp_path):
+    os.makedirs(tmp_path / "empty")
+    with pytest.raises(ValueError) as e:
+        pipeline.from_directory(str(tmp_path / "empty"))
+    assert "empty" in str(e.value)
+
+
+def test_no_class_folders_when_inferred(tmp_path):
+    solid(str(tmp_path / "flat" / "a.png"), 1)
+    with pytest.raises(ValueError, match="class sub-folders"):
+        pipeline.from_directory(str(tmp_path / "flat"))
+    # labels=None reads a flat folder
+    ds = pipeline.from_directory(str(tmp_path / "flat"), labels=None, image_size=(4, 4))
+    assert sum(int(x.shape[0]) for x in ds) == 1
+
+
+def test_unknown_class_name_is_named(tree):
+    with pytest.raises(ValueError) as e:
+        pipeline.from_directory(tree, class_names=["x", "zebra"])
+    assert "zebra" in str(e.value) and "class_names" in str(e.value)
+
+
+def test_binary_needs_two_classes(tmp_path):
+    for c in ("p", "q", "r"):
+        solid(str(tmp_path / "t" / c / "0.png"), 1)
+    with pytest.raises(ValueError, match="exactly 2 classes"):
+        pipeline.from_directory(str(tmp_path / "t"), label_mode="binary")
+
+
+def test_labels_length_must_match(tree):
+    with pytest.raises(ValueError, match="labels"):
+        pipeline.from_directory(tree, labels=[0, 1])
+    with pytest.raises(ValueError, match="paths"):
+        pipeline.from_paths("one/path.jpg")
