@@ -252,9 +252,9 @@ class Decoder:
         c = self.channels
 
         def jpeg():
-            img = tf.io.decode_jpeg(contents, channels=1 if c == 1 else 3, ratio=ratio)
-            if c == 4:
-                img = to_channels(img, 4)
+            img = tf.io.decode_jpeg(contents, channels=3, ratio=ratio)  # RGB (see _jpeg)
+            if c != 3:
+                img = to_channels(img, c)
             return self._orient(img, contents, has_exif)
 
         def png():
@@ -292,13 +292,14 @@ class Decoder:
         """JPEG -> uint8 [h, w, channels]; optional DCT ``ratio``, crop ``window``
         (decode_and_crop_jpeg: only the window is decoded) or EXIF orientation."""
         c = self.channels
-        ch = 1 if c == 1 else 3
+        # Always RGB from libjpeg: it converts gray, YCbCr and (Adobe) CMYK /
+        # YCCK; asking it for 1 channel fails on CMYK files.
         if window is not None:
-            img = tf.io.decode_and_crop_jpeg(contents, tf.stack(window), channels=ch)
+            img = tf.io.decode_and_crop_jpeg(contents, tf.stack(window), channels=3)
         else:
-            img = tf.io.decode_jpeg(contents, channels=ch, ratio=ratio)
-        if c == 4:
-            img = to_channels(img, 4)
+            img = tf.io.decode_jpeg(contents, channels=3, ratio=ratio)
+        if c != 3:
+            img = to_channels(img, c)
         if orientation is not None:
             img = apply_orientation(img, orientation)
         img.set_shape([None, None, c])
