@@ -3,7 +3,7 @@
 Public API (see ``API.md`` in the project's shared folder and README.md):
 dataset factories ``from_directory``, ``from_paths``, ``from_manifest``,
 ``from_npy_shards``, ``from_generator``, ``from_tfrecords``; ``write_tfrecords``;
-``errors``, ``scan``, ``Augment``, ``profile``.
+``errors``, ``scan``, ``Augment``, ``profile``, ``show_batch``.
 """
 
 import os as _os
@@ -21,6 +21,7 @@ from pipeline.augment import Augment  # noqa: E402
 from pipeline.profiling import ProfileReport, profile  # noqa: E402
 from pipeline import compat  # noqa: E402
 from pipeline.distribute import distribute_dataset, run_dispatcher, run_worker  # noqa: E402
+from pipeline.visualize import show_batch  # noqa: E402
 from pipeline.resume import (IteratorCheckpoint, NotCheckpointableError,  # noqa: E402
                              check_checkpointable)
 
@@ -31,4 +32,5 @@ __all__ = ["from_directory", "from_paths", "from_manifest", "from_npy_shards",
            "ErrorBudgetExceeded", "scan", "ScanReport", "Augment", "profile", "ProfileReport",
            "compat", "distribute_dataset", "run_dispatcher", "run_worker",
            "IteratorCheckpoint", "NotCheckpointableError", "check_checkpointable",
+           "show_batch",
            "__version__"]

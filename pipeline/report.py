@@ -166,21 +166,28 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
         return tf.shape(image)[:2], reason
 
     ds = tf.data.Dataset.from_tensor_slices((
-        idx.paths, [i.has_exif for i in idx.infos], [i.error for i in idx.infos]))
-    ds = ds.map(probe, num_parallel_calls=opts.parallelism, deterministic=True)
+        tf.range(len(idx), dtype=tf.int64), idx.paths, [i.has_exif for i in idx.infos],
+        [i.error for i in idx.infos]))
+    ds = ds.map(lambda k, p, e, r: (k,) + probe(p, e, r), num_parallel_calls=opts.parallelism,
+                deterministic=True)
+    # A decoder that raises (e.g. a truncated JPEG) drops its element here; the
+    # missing rows are diagnosed from their bytes after the pass.
+    ds = ds.ignore_errors()
     o = tf.data.Options()
     o.autotune.enabled = False
     ds = ds.prefetch(16).with_options(o)
 
-    bad, sides = [], collections.Counter()
-    for k, (shape, reason) in enumerate(tqdm(ds.as_numpy_iterator(), total=len(idx),
-                                             unit="file", desc="scan", disable=not progress,
-                                             file=sys.stderr)):
+    bad, sides, seen = [], collections.Counter(), set()
+    for k, shape, reason in tqdm(ds.as_numpy_iterator(), total=len(idx), unit="file",
+                                 desc="scan", disable=not progress, file=sys.stderr):
+        seen.add(int(k))
         reason = reason.decode("utf-8", "replace")
         if reason:
-            bad.append({"path": idx.paths[k], "reason": reason})
+            bad.append((int(k), reason))
         else:
             sides[_bucket_label_side(int(max(shape)))] += 1
+    bad += [(k, build_lib.diagnose_file(idx.paths[k])) for k in range(len(idx)) if k not in seen]
+    bad = [{"path": idx.paths[k], "reason": reason} for k, reason in sorted(bad)]
     per_class = {}
     if idx.class_names and idx.labels is not None:
         counts = collections.Counter(idx.labels)
