@@ -91,10 +91,24 @@ def _fast_jpeg_switch():
     return "fast_jpeg" in {f.name for f in dataclasses.fields(config_lib.ImageOptions)}
 
 
-def _pipeline_train_nofast(spec):
+def _no_fast_jpeg_switch():
     if not _fast_jpeg_switch():
-        raise bench.CandidateSkipped("pipeline.config.ImageOptions has no `fast_jpeg` switch "
-                                     "(crop-before-decode cannot be turned off)")
+        return ("pipeline.config.ImageOptions has no `fast_jpeg` switch "
+                "(crop-before-decode cannot be turned off)")
+    return None
+
+
+def _no_torch():
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed here (importlib.util.find_spec('torch') is None)"
+    return None
+
+
+def _pipeline_train_nofast(spec):
+    why = _no_fast_jpeg_switch()
+    if why:
+        raise bench.CandidateSkipped(why)
     return _pipeline_train(spec, fast_jpeg=False)
 
 
@@ -289,14 +303,16 @@ bench.register("pipeline_eval", _pipeline_eval, "pipeline.from_directory, resize
 bench.register("pipeline_train", _pipeline_train,
                "pipeline.from_directory + Augment(random_resized_crop, horizontal_flip)")
 bench.register("pipeline_train_nofast", _pipeline_train_nofast,
-               "pipeline train mode, crop-before-decode off (fast_jpeg=False)")
+               "pipeline train mode, crop-before-decode off (fast_jpeg=False)",
+               precheck=_no_fast_jpeg_switch)
 bench.register("keras_aug", _keras_aug,
                "image_dataset_from_directory at 256/224 size + RandomCrop + RandomFlip")
 bench.register("tf1_queue", _tf1_queue, "TF1 queue runners (tf.compat.v1), cores threads")
 bench.register("pydataset", _pydataset, "keras.utils.PyDataset, Pillow, workers=2 (threads)")
 bench.register("in_memory", _in_memory,
                "decode all (Pillow) into numpy, then from_tensor_slices (load_sec apart)")
-bench.register("torch", _torch, "torch DataLoader, Pillow, num_workers=cores")
+bench.register("torch", _torch, "torch DataLoader, Pillow, num_workers=cores",
+               precheck=_no_torch)
 bench.register("decode_limit", _decode_limit,
                "decode_jpeg+resize on 1 core (x cores = decode limit)")
 

@@ -87,10 +87,20 @@ class CandidateSkipped(Exception):
     """Raised by a factory that cannot run here (e.g. its library is missing)."""
 
 
-def register(name: str, factory: Callable, description: str = "") -> None:
-    """Adds a candidate: ``factory(spec) -> iterable of batches``."""
+PRECHECKS: Dict[str, Callable[[], Optional[str]]] = {}
+
+
+def register(name: str, factory: Callable, description: str = "",
+             precheck: Optional[Callable[[], Optional[str]]] = None) -> None:
+    """Adds a candidate: ``factory(spec) -> iterable of batches``.
+
+    ``precheck()``, when given, runs in the parent before a subprocess is
+    started and returns a reason to skip the candidate (or None to run it).
+    """
     CANDIDATES[name] = factory
     DESCRIPTIONS[name] = description or name
+    if precheck is not None:
+        PRECHECKS[name] = precheck
 
 
 # --- measurement ------------------------------------------------------------
@@ -217,6 +227,10 @@ def run_candidates(names: List[str], base_spec: dict, repeats: int = 1,
                              f"Received: compare={names!r}")
     runs: Dict[str, List[dict]] = {n: [] for n in names}
     done: Dict[str, dict] = {}
+    for n in names:
+        why = PRECHECKS[n]() if n in PRECHECKS else None
+        if why:
+            done[n] = {"name": n, "skipped": why, "description": DESCRIPTIONS.get(n, n)}
     for _ in range(repeats):
         for n in names:
             if n in done:
