@@ -15,6 +15,8 @@ Figures (all per candidate):
     images_per_cpu_sec: images / process CPU seconds over the epochs
         (steadier than images/s on a noisy machine).
     cpu_cores_used: CPU seconds / wall seconds over the epochs.
+    epoch_images_per_sec: images / wall seconds over the epochs, first
+        batches included (building excluded).
     total_sec: seconds from building the dataset to the end of the last
         epoch (includes building, loading and every first batch).
     images_per_sec_incl_build: images delivered / ``total_sec``.
@@ -166,6 +168,7 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
         "images_delivered": n_total,
         "epochs": epochs,
         "wall_sec": wall,
+        "epoch_images_per_sec": n_total / wall if wall > 0 else float("nan"),
         "total_sec": t_end - t_build,
         "images_per_sec_incl_build": n_total / (t_end - t_build),
     }
