@@ -317,7 +317,7 @@ def bar_chart(path: str, labels: List[str], series: Dict[str, List[float]], titl
                             ha="center", va="bottom", fontsize=7)
     for name, y in (hlines or {}).items():
         ax.axhline(y, linestyle="--", linewidth=1, color="gray")
-        ax.annotate(name, (len(labels) - 0.5, y), ha="right", va="bottom", fontsize=8)
+        ax.annotate(name, (-0.45, y), ha="left", va="bottom", fontsize=8, color="gray")
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(ylabel)

@@ -106,6 +106,7 @@ def test_peers(photos, tmp_path):
     # the load-everything baseline reports its loading apart, inside its first batch
     mem = res["in_memory"]
     assert 0 < mem["load_sec"] <= mem["first_batch_sec"] <= mem["total_sec"]
+    assert mem["load_cpu_sec"] > 0
     assert res["pydataset"]["workers"] == 2
     assert "eval_vs_keras" in stdout and "decode_limit" in stdout
 
