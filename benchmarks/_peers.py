@@ -75,7 +75,8 @@ def _check_augment_applied(ds):
     graph = ds._as_serialized_graph().numpy()  # pylint: disable=protected-access
     if b"StatelessRandom" not in graph:
         raise RuntimeError("augment= was accepted but not applied: the dataset graph has no "
-                           "stateless random op, StatelessRandom* (build.py does not wire `augment` yet)")
+                           "stateless random op, StatelessRandom* (build.py does not wire "
+                           "`augment` yet)")
 
 
 def _pipeline_train(spec, **extra):
@@ -261,7 +262,6 @@ def _torch(spec):
         from torch.utils.data import DataLoader, Dataset
     except ImportError as e:
         raise bench.CandidateSkipped(f"torch is not importable here ({e})") from None
-    import numpy as np
     paths, labels, _ = _index(spec)
     size = tuple(spec["image_size"])
 
@@ -275,7 +275,6 @@ def _torch(spec):
     g = torch.Generator()
     if spec.get("seed") is not None:
         g.manual_seed(spec["seed"])
-    del np
     return DataLoader(Photos(), batch_size=spec["batch_size"], shuffle=True, generator=g,
                       num_workers=config_lib.cpu_count(), persistent_workers=True)
 
