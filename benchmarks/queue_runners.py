@@ -1,6 +1,7 @@
 """TF1 queue runners vs ``pipeline.from_paths``, side by side, same files.
 
-The legacy path (``tf.compat.v1``, graph mode, in its own subprocess):
+The legacy path (``tf.compat.v1``, graph mode, in its own subprocess; the
+code is ``benchmarks._peers.QueueRunnerBatches``, shared with ``peers.py``):
 ``slice_input_producer`` -> ``read_file`` -> ``decode_jpeg`` -> ``resize`` ->
 ``tf.train.batch(num_threads=2)`` with a ``Coordinator`` and
 ``start_queue_runners``. The product: ``pipeline.compat.get_batch`` (=
@@ -49,27 +50,18 @@ def report(name, n, first_n, t0, t_first, t1, c_first, c1):
 
 _QUEUE = _COMMON + textwrap.dedent("""
     import tensorflow as tf
-    tf1 = tf.compat.v1
-    tf1.disable_eager_execution()
+    tf.compat.v1.disable_eager_execution()
+    from benchmarks._peers import QueueRunnerBatches  # shared with benchmarks/peers.py
     paths, size, batch, threads, epochs = json.loads(sys.argv[1])
     t0 = time.perf_counter()
-    path, label = tf1.train.slice_input_producer(
-        [tf.constant(paths), tf.constant(list(range(len(paths))))], shuffle=True)
-    image = tf.image.decode_jpeg(tf1.read_file(path), channels=3)
-    image = tf.cast(tf1.image.resize_images(image, [size, size]), tf.uint8)
-    image.set_shape([size, size, 3])
-    xb, yb = tf1.train.batch([image, label], batch_size=batch, num_threads=threads,
-                             capacity=4 * batch)
+    qr = QueueRunnerBatches(paths, list(range(len(paths))), size, batch, threads)
     steps = len(paths) * epochs // batch
-    with tf1.Session() as sess:
-        coord = tf1.train.Coordinator()
-        runners = tf1.train.start_queue_runners(sess=sess, coord=coord)
-        sess.run(xb); n = batch
-        t_first, c_first = time.perf_counter(), cpu()
-        for _ in range(steps - 1):
-            sess.run(xb); n += batch
-        t1, c1 = time.perf_counter(), cpu()
-        coord.request_stop()
+    qr.sess.run(qr.batch); n = batch
+    t_first, c_first = time.perf_counter(), cpu()
+    for _ in range(steps - 1):
+        qr.sess.run(qr.batch); n += batch
+    t1, c1 = time.perf_counter(), cpu()
+    qr.close()
     report("tf1_queue_runners", n, batch, t0, t_first, t1, c_first, c1)
 """)
 

@@ -15,6 +15,14 @@ Figures (all per candidate):
     images_per_cpu_sec: images / process CPU seconds over the epochs
         (steadier than images/s on a noisy machine).
     cpu_cores_used: CPU seconds / wall seconds over the epochs.
+    epoch_images_per_sec: images / wall seconds over the epochs, first
+        batches included (building excluded).
+    total_sec: seconds from building the dataset to the end of the last
+        epoch (includes building, loading and every first batch).
+    images_per_sec_incl_build: images delivered / ``total_sec``.
+
+A factory may attach ``bench_extra`` (a dict of JSON values, e.g. ``load_sec``)
+to what it returns; ``measure`` merges it into the figures.
 """
 
 from __future__ import annotations
@@ -184,10 +192,24 @@ DESCRIPTIONS = {
 }
 
 
-def register(name: str, factory: Callable, description: str = "") -> None:
-    """Adds a candidate: ``factory(spec) -> iterable of batches``."""
+class CandidateSkipped(Exception):
+    """Raised by a factory that cannot run here (e.g. its library is missing)."""
+
+
+PRECHECKS: Dict[str, Callable[[], Optional[str]]] = {}
+
+
+def register(name: str, factory: Callable, description: str = "",
+             precheck: Optional[Callable[[], Optional[str]]] = None) -> None:
+    """Adds a candidate: ``factory(spec) -> iterable of batches``.
+
+    ``precheck()``, when given, runs in the parent before a subprocess is
+    started and returns a reason to skip the candidate (or None to run it).
+    """
     CANDIDATES[name] = factory
     DESCRIPTIONS[name] = description or name
+    if precheck is not None:
+        PRECHECKS[name] = precheck
 
 
 # --- measurement ------------------------------------------------------------
@@ -238,8 +260,9 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
             steady_t += time.perf_counter() - t_first
         n_total += n
     cpu = time.process_time() - cpu0
-    wall = time.perf_counter() - wall0
-    return {
+    t_end = time.perf_counter()
+    wall = t_end - wall0
+    out = {
         "name": spec["name"],
         "description": DESCRIPTIONS.get(spec["name"], spec["name"]),
         "images_per_sec": steady_n / steady_t if steady_t > 0 else float("nan"),
@@ -252,7 +275,12 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
         "images_delivered": n_total,
         "epochs": epochs,
         "wall_sec": wall,
+        "epoch_images_per_sec": n_total / wall if wall > 0 else float("nan"),
+        "total_sec": t_end - t_build,
+        "images_per_sec_incl_build": n_total / (t_end - t_build),
     }
+    out.update(getattr(ds, "bench_extra", None) or {})
+    return out
 
 
 def run_candidate(spec: dict, timeout: Optional[float] = None, progress: bool = True) -> dict:
@@ -261,7 +289,10 @@ def run_candidate(spec: dict, timeout: Optional[float] = None, progress: bool = 
     Raises:
         RuntimeError: the subprocess failed (its stderr tail is included).
     """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [repo] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != repo])
     spec = dict(spec, progress=progress)
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline.bench", json.dumps(spec)],
@@ -276,23 +307,60 @@ def run_candidate(spec: dict, timeout: Optional[float] = None, progress: bool = 
 
 
 def run_candidates(names: List[str], base_spec: dict, repeats: int = 1,
-                   progress: bool = True) -> Dict[str, dict]:
+                   progress: bool = True, keep_going: bool = False,
+                   timeout: Optional[float] = None) -> Dict[str, dict]:
     """Runs candidates side by side, alternating them ``repeats`` times.
+
+    Args:
+        names: registered candidate names (see ``register``).
+        base_spec: the spec every candidate gets (``name`` is added).
+        repeats: rounds; each round runs every candidate once, in order.
+        progress: show tqdm bars (on stderr).
+        keep_going: record a failed candidate as ``{"name", "error"}`` and go
+            on, instead of raising.
+        timeout: seconds allowed per candidate run.
 
     Returns:
         {name: figures}, where numeric figures are medians over the repeats
-        and ``runs`` holds every run's figures.
+        and ``runs`` holds every run's figures. A candidate that skipped itself
+        (``CandidateSkipped``, e.g. a library that is not installed) has
+        ``skipped`` (the reason) instead of figures; with ``keep_going`` a
+        failed one has ``error``.
+
+    Raises:
+        ValueError: an unknown candidate name.
+        RuntimeError: a candidate failed (unless ``keep_going``).
     """
     for n in names:
         if n not in CANDIDATES:
             raise ValueError(f"Unknown candidate {n!r}; known: {sorted(CANDIDATES)}. "
                              f"Received: compare={names!r}")
     runs: Dict[str, List[dict]] = {n: [] for n in names}
+    done: Dict[str, dict] = {}
+    for n in names:
+        why = PRECHECKS[n]() if n in PRECHECKS else None
+        if why:
+            done[n] = {"name": n, "skipped": why, "description": DESCRIPTIONS.get(n, n)}
     for _ in range(repeats):
         for n in names:
-            runs[n].append(run_candidate(dict(base_spec, name=n), progress=progress))
+            if n in done:
+                continue
+            try:
+                r = run_candidate(dict(base_spec, name=n), timeout=timeout, progress=progress)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                if not keep_going:
+                    raise
+                r = {"name": n, "error": str(e)[-1500:]}
+            if "skipped" in r or "error" in r:
+                done[n] = r
+            else:
+                runs[n].append(r)
     out = {}
-    for n, rs in runs.items():
+    for n in names:
+        rs = runs[n]
+        if not rs:
+            out[n] = done[n]
+            continue
         agg = dict(rs[0])
         for k, v in rs[0].items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None:
@@ -302,15 +370,106 @@ def run_candidates(names: List[str], base_spec: dict, repeats: int = 1,
     return out
 
 
+def ok(result: Optional[dict]) -> bool:
+    """True for a candidate's figures (not skipped, not failed)."""
+    return bool(result) and "skipped" not in result and "error" not in result
+
+
+def ratio(results: Dict[str, dict], a: str, b: str,
+          key: str = "images_per_sec") -> Optional[float]:
+    """``results[a][key] / results[b][key]``, or None when either is missing."""
+    ra, rb = results.get(a), results.get(b)
+    if not (ok(ra) and ok(rb)) or not rb.get(key):
+        return None
+    return ra[key] / rb[key]
+
+
+def write_json(path: Optional[str], result: dict) -> str:
+    """Dumps ``result`` (indent 1) to ``path`` when given; returns the text."""
+    text = json.dumps(result, indent=1, default=str)
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    return text
+
+
+def bar_chart(path: str, labels: List[str], series: Dict[str, List[float]], title: str,
+              ylabel: str, hlines: Optional[Dict[str, float]] = None) -> str:
+    """Writes a grouped bar chart PNG (matplotlib, Agg backend).
+
+    Args:
+        path: the PNG file written.
+        labels: one group per label (x axis).
+        series: {legend name: one value per label} (None/NaN bars are empty).
+        title, ylabel: texts.
+        hlines: {legend name: y value} drawn as dashed horizontal lines.
+
+    Returns:
+        ``path``.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(labels) + 2), 4.5))
+    width = 0.8 / max(len(series), 1)
+    for k, (name, values) in enumerate(series.items()):
+        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(labels))]
+        vals = [float("nan") if v is None else v for v in values]
+        bars = ax.bar(xs, vals, width, label=name)
+        for b, v in zip(bars, vals):
+            if v == v:
+                ax.annotate(f"{v:.0f}", (b.get_x() + b.get_width() / 2, b.get_height()),
+                            ha="center", va="bottom", fontsize=7)
+    for name, y in (hlines or {}).items():
+        ax.axhline(y, linestyle="--", linewidth=1, color="gray")
+        ax.annotate(name, (-0.45, y), ha="left", va="bottom", fontsize=8, color="gray")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def line_chart(path: str, xs: List[float], series: Dict[str, List[float]], title: str,
+               xlabel: str, ylabel: str) -> str:
+    """Writes a line chart PNG (one marked line per series; matplotlib, Agg)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for name, ys in series.items():
+        ax.plot(xs, [float("nan") if y is None else y for y in ys], marker="o", label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def format_table(results: Dict[str, dict], reference: str = "pipeline") -> str:
     """A text table of the figures; ``x ref`` is the reference's images/s over each."""
     ref = results.get(reference, {}).get("images_per_sec")
-    head = (f"{'candidate':<12} {'images/s':>9} {'img/CPU-s':>9} {'cores':>5} "
+    head = (f"{'candidate':<20} {'images/s':>9} {'img/CPU-s':>9} {'cores':>5} "
             f"{'1st batch s':>11} {'peak RSS MiB':>12} {'ref x':>6}")
     rows = [head, "-" * len(head)]
     for name, r in results.items():
+        if not ok(r):
+            rows.append(f"{name:<20} {'skipped: ' + r['skipped'] if 'skipped' in r else 'FAILED'}")
+            continue
         ratio = (ref / r["images_per_sec"]) if ref and r["images_per_sec"] else float("nan")
-        rows.append(f"{name:<12} {r['images_per_sec']:>9.0f} {r['images_per_cpu_sec']:>9.0f} "
+        rows.append(f"{name:<20} {r['images_per_sec']:>9.0f} {r['images_per_cpu_sec']:>9.0f} "
                     f"{r['cpu_cores_used']:>5.2f} {r['first_batch_sec']:>11.2f} "
                     f"{r['peak_rss_mb']:>12.0f} {ratio:>6.2f}")
     return "\n".join(rows)
@@ -322,11 +481,18 @@ def _worker(spec_json: str) -> None:
     import tensorflow as tf  # noqa: F401  (import cost is not measured)
     for mod in spec.get("imports", []):
         __import__(mod)
-    result = measure(CANDIDATES[spec["name"]], spec, progress=spec.get("progress", True))
+    try:
+        result = measure(CANDIDATES[spec["name"]], spec, progress=spec.get("progress", True))
+    except CandidateSkipped as e:
+        result = {"name": spec["name"], "skipped": str(e),
+                  "description": DESCRIPTIONS.get(spec["name"], spec["name"])}
     print(json.dumps(result), flush=True)
     sys.stderr.flush()
     os._exit(0)  # queue-runner threads and Sessions must not hold up the exit
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1])
+    # Run in the imported module, where spec["imports"] modules register
+    # their candidates (not in this __main__ copy of it).
+    from pipeline import bench as _bench
+    _bench._worker(sys.argv[1])

@@ -1,0 +1,152 @@
+"""``pipeline`` beside its peers, on the same files, in one run.
+
+Candidates (see ``benchmarks/_peers.py`` for exactly what each does), each in
+its own subprocess (``python -m pipeline.bench``) so that its peak RSS
+(``VmHWM``) is its own; with ``--repeats`` > 1 they are alternated round by
+round and the medians reported:
+
+  pipeline_eval, pipeline_train (Augment: random resized crop + flip),
+  pipeline_train_nofast (crop-before-decode off; skipped without a
+  ``fast_jpeg`` option), keras, keras_aug (RandomCrop + RandomFlip layers),
+  tf1_queue (TF1 queue runners), pydataset (Keras PyDataset, Pillow, 2 thread
+  workers), in_memory (decode all first; ``load_sec`` apart), torch (skipped
+  when not installed), decode_limit (one core; x cores = the decode limit).
+
+Reports images/s (after each epoch's first batch), images per CPU-second,
+cores used, first batch seconds, peak RSS, and the ratios
+
+  train_vs_keras_aug   pipeline_train / keras_aug images/s       (target >= 2.0)
+  eval_vs_keras        pipeline_eval / keras images/s            (target >= 1.6)
+  eval_vs_decode_limit pipeline_eval / (decode_limit x cores)    (target >= 0.9)
+
+(the same over images per CPU-second as ``*_cpu``), as JSON and a bar chart.
+
+Full size (defaults: the 1,000-photo sample, 224x224, batch 64, 3 epochs)::
+
+    python benchmarks/peers.py --repeats=3 --json_out=peers.json
+
+Tiny smoke run::
+
+    python benchmarks/peers.py --num_images=64 --epochs=1 --json_out=/tmp/p.json
+"""
+
+import os
+import sys
+import tempfile
+
+from absl import app, flags
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from pipeline import bench  # noqa: E402
+from pipeline import config as config_lib  # noqa: E402
+from pipeline import index as index_lib  # noqa: E402
+from benchmarks import _peers  # noqa: E402  (registers the candidates here too)
+
+ALL = ["pipeline_eval", "pipeline_train", "pipeline_train_nofast", "keras", "keras_aug",
+       "tf1_queue", "pydataset", "in_memory", "torch", "decode_limit"]
+TARGETS = {"train_vs_keras_aug": 2.0, "eval_vs_keras": 1.6, "eval_vs_decode_limit": 0.9}
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Class-folder photo root.")
+flags.DEFINE_integer("num_images", 0, "Use only the first N photos (symlinked into a temp "
+                     "folder); 0 = all of --data_dir.")
+flags.DEFINE_integer("image_size", 224, "Output height and width (pixels).")
+flags.DEFINE_integer("batch_size", 64, "Batch size (images).")
+flags.DEFINE_integer("epochs", 3, "Epochs per candidate run.")
+flags.DEFINE_integer("repeats", 1, "Rounds; candidates alternate within each round.")
+flags.DEFINE_list("candidates", ALL, "Candidates to run, in order.")
+flags.DEFINE_integer("seed", 0, "Shuffle seed.")
+flags.DEFINE_integer("timeout", 1800, "Seconds allowed per candidate run.")
+flags.DEFINE_bool("progress", False, "tqdm bars on stderr.")
+flags.DEFINE_string("json_out", "peers.json", "JSON result file.")
+flags.DEFINE_string("png_out", None, "Bar chart PNG (default: json_out with .png).")
+
+
+def ratios(results):
+    """The target ratios (images/s and images per CPU-second), None when missing."""
+    out = {}
+    limit = results.get("decode_limit")
+    for key, suffix in (("images_per_sec", ""), ("images_per_cpu_sec", "_cpu")):
+        out["train_vs_keras_aug" + suffix] = bench.ratio(results, "pipeline_train", "keras_aug",
+                                                         key)
+        out["eval_vs_keras" + suffix] = bench.ratio(results, "pipeline_eval", "keras", key)
+        r = bench.ratio(results, "pipeline_eval", "decode_limit", key)
+        if r is not None and key == "images_per_sec":
+            r /= limit["cores"]  # the limit is one core's rate times the cores
+        out["eval_vs_decode_limit" + suffix] = r
+    return out
+
+
+def run(data_dir, candidates, image_size=224, batch_size=64, epochs=3, repeats=1, seed=0,
+        timeout=1800, progress=False):
+    """Runs the candidates on ``data_dir``; returns the result dict (see module doc)."""
+    idx = index_lib.index_directory(data_dir, sniff=False)
+    spec = {"data_dir": data_dir, "image_size": [image_size, image_size],
+            "batch_size": batch_size, "epochs": epochs, "seed": seed, "num_images": len(idx),
+            "imports": ["benchmarks._peers"], "hard_exit": True}
+    results = bench.run_candidates(candidates, spec, repeats=repeats, progress=progress,
+                                   keep_going=True, timeout=timeout)
+    cores = config_lib.cpu_count()
+    out = {"benchmark": "peers", "data_dir": data_dir, "num_images": len(idx),
+           "image_size": image_size, "batch_size": batch_size, "epochs": epochs,
+           "repeats": repeats, "cores": cores, "candidates": results,
+           "ratios": ratios(results), "targets": TARGETS}
+    lim = results.get("decode_limit")
+    if bench.ok(lim):
+        out["decode_limit_images_per_sec"] = lim["images_per_sec"] * lim["cores"]
+        out["decode_limit_images_per_cpu_sec"] = lim["images_per_cpu_sec"]
+    out["meets_targets"] = {k: (out["ratios"][k] >= t if out["ratios"][k] is not None else None)
+                            for k, t in TARGETS.items()}
+    out["skipped"] = {n: r["skipped"] for n, r in results.items() if "skipped" in r}
+    out["failed"] = {n: r["error"] for n, r in results.items() if "error" in r}
+    return out
+
+
+def plot(out, path):
+    res = out["candidates"]
+    names = [n for n in res if bench.ok(res[n])]
+    hl = {}
+    if "decode_limit_images_per_sec" in out:
+        hl["decode limit (1 core x %d)" % out["cores"]] = out["decode_limit_images_per_sec"]
+    return bench.bar_chart(
+        path, names, {"images/s": [res[n]["images_per_sec"] for n in names],
+                      "images per CPU-s": [res[n]["images_per_cpu_sec"] for n in names]},
+        f"{out['num_images']} photos, {out['image_size']}px, batch {out['batch_size']}, "
+        f"{out['epochs']} epochs x {out['repeats']} (medians), {out['cores']} cores",
+        "images", hlines=hl)
+
+
+def main(argv):
+    del argv
+    for c in FLAGS.candidates:
+        if c not in ALL:
+            raise app.UsageError(f"--candidates: unknown {c!r}; known: {ALL}. "
+                                 f"Received: {FLAGS.candidates!r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = FLAGS.data_dir
+        if FLAGS.num_images:
+            data_dir = _peers.symlink_tree(FLAGS.data_dir, FLAGS.num_images,
+                                           os.path.join(tmp, "data"))
+        out = run(data_dir, FLAGS.candidates, FLAGS.image_size, FLAGS.batch_size, FLAGS.epochs,
+                  FLAGS.repeats, FLAGS.seed, FLAGS.timeout, FLAGS.progress)
+    out["source_dir"] = FLAGS.data_dir
+    png = FLAGS.png_out or os.path.splitext(FLAGS.json_out)[0] + ".png"
+    out["png"] = plot(out, png)
+    bench.write_json(FLAGS.json_out, out)
+    print(bench.format_table(out["candidates"], reference="pipeline_eval"))
+    for n, why in out["skipped"].items():
+        print(f"skipped {n}: {why}")
+    for n, err in out["failed"].items():
+        print(f"FAILED {n}: {err.strip().splitlines()[-1] if err.strip() else err}")
+    for k, v in out["ratios"].items():
+        t = TARGETS.get(k)
+        print(f"{k:<26} " + ("n/a" if v is None else f"{v:.2f}x")
+              + (f"  (target >= {t}: {'met' if v is not None and v >= t else 'NOT met'})"
+                 if t else ""))
+    print(f"wrote {FLAGS.json_out} and {png}")
+
+
+if __name__ == "__main__":
+    app.run(main)
