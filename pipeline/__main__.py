@@ -36,6 +36,12 @@ flags.DEFINE_integer("sample_images", 256, "bench: images in the built-in sample
 flags.DEFINE_integer("seed", 0, "bench: shuffle seed.")
 flags.DEFINE_bool("progress", True, "Show tqdm progress bars.")
 flags.DEFINE_string("on_error", "raise", "bench: pipeline's on_error ('raise' or 'skip').")
+flags.DEFINE_bool("profile", False, "bench: instead of peers, profile pipeline's stages "
+                  "(read, decode, resize, batch) and name the bottleneck.")
+flags.DEFINE_float("target_images_per_sec", None, "bench --profile: consumption rate to "
+                   "compare with (images/s).")
+flags.DEFINE_string("profile_dir", None, "bench --profile: write a TensorBoard profiler "
+                    "trace here.")
 # scan
 flags.DEFINE_integer("max_pixels", None, "scan: header pixel limit (default Pillow's 178,956,970).")
 flags.DEFINE_bool("follow_links", False, "scan: follow linked folders (loop-safe).")
@@ -84,6 +90,18 @@ def cmd_bench(argv):
     if data_dir is None:
         data_dir = sample.ensure_sample(FLAGS.sample_images)
         logging.info("pipeline bench: built-in sample at %s", data_dir)
+    if FLAGS.profile:
+        import pipeline
+        report = pipeline.profile(
+            data_dir, target_images_per_sec=FLAGS.target_images_per_sec,
+            profile_dir=FLAGS.profile_dir, image_size=tuple(size),
+            batch_size=FLAGS.batch_size, on_error=FLAGS.on_error)
+        print(report.table())
+        if FLAGS.json_out:
+            with open(FLAGS.json_out, "w") as f:
+                json.dump(report.to_dict(), f, indent=2, default=str)
+            print(f"wrote {FLAGS.json_out}")
+        return 0
     from pipeline import index
     idx = index.index_directory(data_dir, sniff=False)
     names = ["pipeline"] + [c for c in FLAGS.compare if c and c != "pipeline"]

@@ -14,6 +14,7 @@ README "Speed". ``autotune=True`` turns it back on.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from typing import Dict, List, Optional
 
@@ -331,6 +332,58 @@ def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel
     return ds.filter(lambda image, *rest: tf.shape(image)[0] > 0)
 
 
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (bytes); 0 when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def check_cache_budget(opts, n: int) -> Optional[int]:
+    """Estimates the cache size (bytes) up front; refuses one over budget.
+
+    The estimate is ``n * height * width * channels`` bytes (uint8 elements
+    after resize). The budget is ``cache_budget_bytes`` or, by default, half
+    of the available memory (``cache="memory"``) or the free disk space
+    (a cache file). Without ``image_size`` the size cannot be estimated and
+    a warning says so.
+
+    Raises:
+        ValueError: the estimate exceeds the budget (both figures named).
+    """
+    if opts.cache is None:
+        return None
+    if opts.image_size is None:
+        logging.warning("pipeline: cache=%r with image_size=None: the cache size cannot be "
+                        "estimated up front (native sizes)", opts.cache)
+        return None
+    h, w = opts.image_size
+    estimate = n * h * w * opts.channels
+    if opts.cache_budget_bytes is not None:
+        budget, what = opts.cache_budget_bytes, "cache_budget_bytes"
+    elif opts.cache == "memory":
+        budget, what = available_memory_bytes() // 2, "half the available memory"
+    else:
+        import shutil
+        folder = os.path.dirname(os.path.abspath(str(opts.cache))) or "."
+        budget, what = shutil.disk_usage(folder).free, f"the free space in {folder}"
+    if budget and estimate > budget:
+        raise ValueError(
+            f"cache={opts.cache!r} would hold about {estimate / 2**20:,.0f} MiB "
+            f"({n} images x {h}x{w}x{opts.channels} bytes), more than {what} "
+            f"({budget / 2**20:,.0f} MiB). Use a smaller image_size, a cache file on a larger "
+            f"disk, cache=None, or set cache_budget_bytes. Received: cache={opts.cache!r}")
+    logging.info("pipeline: cache=%r will hold about %.0f MiB; it is complete only after one "
+                 "full epoch (TensorFlow warns if an epoch is cut short)", opts.cache,
+                 estimate / 2**20)
+    return estimate
+
+
 def diagnose_file(path: str) -> str:
     """Why a file's decoder failed (reads it again; for the rare bad path)."""
     try:
@@ -392,6 +445,7 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
             "`max_errors` cannot be enforced with `service=` (skips happen on the "
             f"service workers). Received: max_errors={opts.max_errors!r}, "
             f"service={opts.service!r}")
+    cache_estimate = check_cache_budget(opts, n)
     error_log = errors_lib.ErrorLog(n, opts.max_errors)
     has_weights = idx.weights is not None
     label_dtype = tf.float32 if opts.label_mode in ("multi_hot", "float") else tf.int64
@@ -497,4 +551,5 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     ds._pipeline_errors = error_log
     ds._pipeline_index = idx
     ds._pipeline_options = opts
+    ds.cache_estimate_bytes = cache_estimate
     return ds

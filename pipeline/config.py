@@ -72,6 +72,7 @@ class ImageOptions:
     job_name: Optional[str] = None
     drop_remainder: bool = False
     fast_jpeg: bool = True
+    cache_budget_bytes: Optional[int] = None
 
     @property
     def parallelism(self) -> int:
@@ -201,6 +202,8 @@ def make_options(**kw) -> ImageOptions:
     if cache is not None and not isinstance(cache, (str, os.PathLike)):
         raise ValueError(f"`cache` must be None, 'memory' or a path. {received('cache', cache)}")
     _check_choice("processing_mode", o.get("processing_mode", "off"), ("off", "dynamic", "file"))
+    o["cache_budget_bytes"] = _check_int("cache_budget_bytes", o.get("cache_budget_bytes"),
+                                         allow_none=True)
     aug = o.get("augment")
     if aug is not None:
         from pipeline.augment import Augment
