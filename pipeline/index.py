@@ -159,19 +159,22 @@ def _is_hidden(name: str) -> bool:
     return name.startswith(".") or name.startswith("__MACOSX")
 
 
-def _walk_files(folder: str, follow_links: bool):
-    """Yields (path, is_hidden_or_ignored_reason) under folder, sorted, loop-safe."""
-    seen = set()
+def _walk_files(folder: str, follow_links: bool, top: Optional[str] = None):
+    """Yields (path, ignored_reason or None) under folder, sorted.
 
-    def walk(d):
+    With ``follow_links``, a linked folder that leads back to one of its own
+    ancestors (or to ``top``, the dataset root) is a loop: it is skipped and
+    logged, so the walk always ends and no file is listed twice through it.
+    """
+    def walk(d, ancestors):
         try:
             real = os.path.realpath(d)
         except OSError:
             return
-        if real in seen:
+        if real in ancestors:
             logging.warning("pipeline: skipping %s: symbolic-link loop back to %s", d, real)
             return
-        seen.add(real)
+        ancestors = ancestors | {real}
         try:
             entries = sorted(os.scandir(d), key=lambda e: e.name)
         except OSError as e:
@@ -186,14 +189,14 @@ def _walk_files(folder: str, follow_links: bool):
             except OSError:
                 is_dir = False
             if is_dir:
-                yield from walk(e.path)
+                yield from walk(e.path, ancestors)
             else:
                 yield e.path, None
 
-    yield from walk(folder)
+    yield from walk(folder, frozenset([os.path.realpath(top)]) if top else frozenset())
 
 
-def list_images(folder: str, follow_links: bool = False):
+def list_images(folder: str, follow_links: bool = False, top: Optional[str] = None):
     """Image files under ``folder`` (recursively), sorted; logs what it ignores.
 
     Hidden files and folders (names starting with '.') and files whose extension
@@ -205,7 +208,7 @@ def list_images(folder: str, follow_links: bool = False):
         list of str paths.
     """
     out, ignored = [], collections.Counter()
-    for path, why in _walk_files(folder, follow_links):
+    for path, why in _walk_files(folder, follow_links, top):
         if why:
             ignored[why] += 1
         elif os.path.splitext(path)[1].lower() in IMAGE_EXTENSIONS:
@@ -262,7 +265,7 @@ def index_directory(directory: str, labels="inferred", class_names=None,
         label_list = []
         empty = []
         for k, name in enumerate(class_names):
-            files = list_images(os.path.join(directory, name), follow_links)
+            files = list_images(os.path.join(directory, name), follow_links, directory)
             if not files:
                 empty.append(name)
             paths.extend(files)

@@ -1,0 +1,223 @@
+"""Each kind of fault, made here (not only the shared cases): raised with path + reason, or
+skipped and recorded, with every good file delivered exactly once and labels aligned."""
+
+import io
+import os
+import struct
+import zlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import pipeline
+from conftest import flatten, index_values, solid
+
+
+def _jpeg_bytes(value, size=(40, 30)):
+    buf = io.BytesIO()
+    Image.fromarray(np.full((size[1], size[0], 3), value, np.uint8)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+def _png_bytes(value, size=(20, 16)):
+    buf = io.BytesIO()
+    Image.fromarray(np.full((size[1], size[0], 3), value, np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def _png_claiming(w, h):
+    """A valid-looking PNG whose IHDR claims w x h (tiny IDAT)."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(
+            ">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) +
+            chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b""))
+
+
+def _jpeg_claiming(w, h):
+    """A real JPEG whose SOF0 dimensions are patched to w x h."""
+    b = bytearray(_jpeg_bytes(10, (16, 16)))
+    i = b.index(b"\xff\xc0")
+    b[i + 5:i + 7] = struct.pack(">H", h)
+    b[i + 7:i + 9] = struct.pack(">H", w)
+    return bytes(b)
+
+
+def _gif_claiming(w, h):
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4), (1, 2, 3)).save(buf, "GIF")
+    b = bytearray(buf.getvalue())
+    b[6:10] = struct.pack("<HH", w, h)
+    return bytes(b)
+
+
+def _bmp_claiming(w, h):
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4), (1, 2, 3)).save(buf, "BMP")
+    b = bytearray(buf.getvalue())
+    b[18:26] = struct.pack("<ii", w, h)
+    return bytes(b)
+
+
+def _corrupt_middle(data):
+    b = bytearray(data)
+    mid = len(b) // 2
+    b[mid:mid + 64] = bytes((x * 37 + 11) % 256 for x in range(64))  # deterministic junk
+    return bytes(b)
+
+
+FAULTS = {
+    # name: (bytes, words the reason must contain)
+    "zero.jpg": (b"", "empty"),
+    "zero.png": (b"", "empty"),
+    "html.jpg": (b"<html><body>404</body></html>", "not an image"),
+    "text.JPEG": (b"hello world, not a picture\n" * 4, "not an image"),
+    "random.png": (bytes((x * 91 + 7) % 256 for x in range(300)), "not an image"),
+    "trunc10.jpg": (_jpeg_bytes(50)[:10], "JPEG"),
+    "trunc50.jpg": (_jpeg_bytes(60)[: len(_jpeg_bytes(60)) // 2], "truncated JPEG"),
+    "trunc90.jpg": (_jpeg_bytes(70)[: len(_jpeg_bytes(70)) * 9 // 10], "truncated JPEG"),
+    "trunc50.png": (_png_bytes(80)[: len(_png_bytes(80)) // 2], "PNG"),
+    "noiend.png": (_png_bytes(90)[:-12], "IEND"),
+    "corrupt_mid.png": (_corrupt_middle(_png_bytes(100, (64, 64))), "PNG"),
+    "bomb.png": (_png_claiming(100000, 100000), "max_pixels"),
+    "bomb.jpg": (_jpeg_claiming(65000, 65000), "max_pixels"),
+    "bomb.gif": (_gif_claiming(65000, 65000), "max_pixels"),
+    "bomb.bmp": (_bmp_claiming(70000, 70000), "max_pixels"),
+}
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """Class folder 'good' (values 1..N) and 'bad' holding every fault kind."""
+    root = tmp_path / "mixed"
+    good = [solid(str(root / "good" / f"g{k:02d}.png"), k) for k in range(1, 21)]
+    bad = {}
+    os.makedirs(root / "bad")
+    for name, (data, words) in FAULTS.items():
+        p = str(root / "bad" / name)
+        with open(p, "wb") as f:
+            f.write(data)
+        bad[p] = words
+    return str(root), good, bad
+
+
+@pytest.mark.parametrize("parallel, shuffle", [(1, False), (8, True), (3, True)])
+def test_skip_mode_every_good_file_once_every_bad_file_recorded(mixed, parallel, shuffle):
+    root, good, bad = mixed
+    ds = pipeline.from_directory(root, image_size=(8, 8), batch_size=3, on_error="skip",
+                                 num_parallel_calls=parallel, shuffle=shuffle, seed=4)
+    assert ds.class_names == ["bad", "good"]
+    for _ in range(2):
+        x, y = flatten(ds)
+        assert sorted(index_values(x)) == list(range(1, 21))
+        assert (y == 1).all()
+    recs = {r.path: r.reason for r in pipeline.errors(ds)}
+    assert set(recs) == set(bad)
+    for path, words in bad.items():
+        assert words in recs[path], (path, recs[path])
+
+
+@pytest.mark.parametrize("name", sorted(FAULTS))
+def test_raise_mode_names_path_and_reason(mixed, name):
+    root, good, bad = mixed
+    path = os.path.join(root, "bad", name)
+    ds = pipeline.from_paths(good[:5] + [path] + good[5:9], image_size=(8, 8),
+                             batch_size=4, shuffle=False)
+    with pytest.raises(tf.errors.OpError) as e:
+        list(ds)
+    assert path in str(e.value) and FAULTS[name][1] in str(e.value)
+
+
+def test_error_budget(mixed):
+    root, good, bad = mixed
+    ds = pipeline.from_directory(root, image_size=(8, 8), on_error="skip", max_errors=3)
+    with pytest.raises(tf.errors.OpError, match="max_errors=3"):
+        list(ds)
+    ds = pipeline.from_directory(root, image_size=(8, 8), on_error="skip", max_errors=0.5)
+    assert sum(int(x.shape[0]) for x, _ in ds) == 20   # 15 of 35 bad < 50%
+
+
+def test_long_run_of_decoder_failures_is_counted(tmp_path):
+    # 70 corrupt files in a row, unshuffled, then good ones: each is named.
+    bad_bytes = _corrupt_middle(_png_bytes(1, (64, 64)))
+    paths = []
+    for k in range(70):
+        p = str(tmp_path / f"bad{k:03d}.png")
+        open(p, "wb").write(bad_bytes)
+        paths.append(p)
+    paths += [solid(str(tmp_path / f"good{k}.png"), k) for k in range(1, 6)]
+    ds = pipeline.from_paths(paths, image_size=(8, 8), batch_size=4, on_error="skip",
+                             shuffle=False)
+    assert sorted(index_values(flatten(ds)[0])) == [1, 2, 3, 4, 5]
+    assert {r.path for r in pipeline.errors(ds)} == set(paths[:70])
+
+
+def test_symlinks_dangling_and_loops(tmp_path):
+    root = tmp_path / "links"
+    a = solid(str(root / "a" / "real.png"), 5)
+    os.makedirs(root / "b")
+    os.symlink(a, root / "b" / "link.png")                 # labelled by where it sits: b
+    os.symlink(str(tmp_path / "missing.png"), root / "b" / "dangling.png")
+    os.symlink(str(root), root / "a" / "loop")             # a folder loop
+    outside = solid(str(tmp_path / "ext" / "x.png"), 9)
+    os.symlink(os.path.dirname(outside), root / "a" / "linked_dir")
+    ds = pipeline.from_directory(str(root), image_size=(4, 4), on_error="skip", shuffle=False)
+    x, y = flatten(ds)
+    assert sorted(zip(index_values(x), y.tolist())) == [(5, 0), (5, 1)]
+    recs = pipeline.errors(ds)
+    assert [os.path.basename(r.path) for r in recs] == ["dangling.png"]
+    assert "dangling" in recs[0].reason
+    ds = pipeline.from_directory(str(root), image_size=(4, 4), on_error="skip",
+                                 follow_links=True, shuffle=False)
+    x, y = flatten(ds)
+    assert sorted(index_values(x)) == [5, 5, 9]             # loop visited once, no hang
+
+
+def test_empty_class_folder_warns(tmp_path, caplog):
+    solid(str(tmp_path / "t" / "full" / "0.png"), 1)
+    os.makedirs(tmp_path / "t" / "hollow")
+    from absl import logging as absl_logging
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    with caplog.at_level("WARNING"):
+        ds = pipeline.from_directory(str(tmp_path / "t"), image_size=(4, 4))
+    assert ds.class_names == ["full", "hollow"]
+    assert "hollow" in caplog.text
+
+
+@pytest.mark.parametrize("name", ["with space.png", "写真 テスト.png", "emoji 🐱.jpg",
+                                  "quote's.png"])
+def test_unusual_names_end_to_end(tmp_path, name):
+    p = solid(str(tmp_path / "u" / "cls ü" / name), 77, fmt="PNG" if name.endswith("png")
+              else "JPEG")
+    ds = pipeline.from_directory(str(tmp_path / "u"), image_size=(4, 4))
+    x, y = flatten(ds)
+    assert abs(index_values(x)[0] - 77) <= 2 and ds.file_paths == [p]
+    # and a bad file with such a name is named exactly
+    bad = str(tmp_path / "u" / "cls ü" / ("bad " + name))
+    open(bad, "wb").write(b"")
+    ds = pipeline.from_directory(str(tmp_path / "u"), image_size=(4, 4), on_error="skip")
+    list(ds)
+    assert [r.path for r in pipeline.errors(ds)] == [bad]
+
+
+def test_scan_reports_everything(mixed, tmp_path):
+    root, good, bad = mixed
+    report = pipeline.scan(root, progress=False)
+    assert report.num_files == 35 and report.num_ok == 20
+    assert report.per_class == {"bad": 15, "good": 20}
+    assert {b["path"] for b in report.bad_files} == set(bad)
+    assert sum(report.file_bytes_histogram.values()) == 35
+    text = report.table()
+    assert "bad files (15)" in text and "per format" in text
+    import json, subprocess, sys
+    from conftest import REPO
+    out = tmp_path / "scan.json"
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "scan", root,
+                           f"--json_out={out}", "--noprogress"], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(out.read_text())["num_ok"] == 20
+    assert "bad files (15)" in proc.stdout
