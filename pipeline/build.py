@@ -534,6 +534,11 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
 
     options = tf.data.Options()
     options.autotune.enabled = bool(opts.autotune)
+    if opts.autotune and opts.ram_budget_bytes:
+        options.autotune.ram_budget = opts.ram_budget_bytes
+    if opts.threadpool_size:
+        options.threading.private_threadpool_size = opts.threadpool_size
+    # map_and_batch_fusion and map_parallelization are tf.data defaults (on).
     options.deterministic = opts.is_deterministic
     # Iterator checkpoints (tf.train.Checkpoint(iterator=it)): the stateful ops
     # in this graph hold no state across elements (the raise-mode Assert, the
@@ -545,6 +550,9 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     if opts.service:
         from pipeline import distribute as distribute_lib  # pylint: disable=import-outside-toplevel
         ds = ds.apply(distribute_lib.service_transformation(opts))
+    if opts.prefetch_to_device:  # must be the last stage; one device, no strategy
+        ds = ds.apply(tf.data.experimental.prefetch_to_device(
+            opts.prefetch_to_device, buffer_size=max(opts.prefetch, 1)))
 
     ds.class_names = list(idx.class_names) if idx.class_names else None
     ds.file_paths = list(idx.paths) if records is None else records.file_paths

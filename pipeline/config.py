@@ -72,6 +72,9 @@ class ImageOptions:
     job_name: Optional[str] = None
     drop_remainder: bool = False
     fast_jpeg: bool = True
+    threadpool_size: Optional[int] = None
+    ram_budget_bytes: Optional[int] = None
+    prefetch_to_device: Optional[str] = None
     cache_budget_bytes: Optional[int] = None
 
     @property
@@ -184,9 +187,24 @@ def make_options(**kw) -> ImageOptions:
         raise ValueError(f"`seed` must be an int or None. {received('seed', seed)}")
     mp = o.get("max_pixels", DEFAULT_MAX_PIXELS)
     o["max_pixels"] = _check_int("max_pixels", mp)
-    o["num_parallel_calls"] = _check_int(
-        "num_parallel_calls", o.get("num_parallel_calls"), allow_none=True)
-    o["prefetch"] = _check_int("prefetch", o.get("prefetch", 2), minimum=0)
+    npc = o.get("num_parallel_calls")
+    if npc == tf.data.AUTOTUNE:  # let tf.data tune it (autotune is then switched on)
+        o["autotune"] = True
+    else:
+        o["num_parallel_calls"] = _check_int("num_parallel_calls", npc, allow_none=True)
+    pf = o.get("prefetch", 2)
+    if pf == tf.data.AUTOTUNE:
+        o["autotune"] = True
+    else:
+        o["prefetch"] = _check_int("prefetch", pf, minimum=0)
+    o["threadpool_size"] = _check_int("threadpool_size", o.get("threadpool_size"),
+                                      allow_none=True)
+    o["ram_budget_bytes"] = _check_int("ram_budget_bytes", o.get("ram_budget_bytes"),
+                                       allow_none=True)
+    ptd = o.get("prefetch_to_device")
+    if ptd is not None and not isinstance(ptd, str):
+        raise ValueError("`prefetch_to_device` must be None or a device name such as "
+                         f"'/gpu:0'. {received('prefetch_to_device', ptd)}")
     me = o.get("max_errors")
     if me is not None:
         if isinstance(me, bool) or not isinstance(me, (int, float)) or me < 0 or (

@@ -36,10 +36,21 @@ _COMMON_DOC = """
             header claims more pixels are bad, before any decode.
         deterministic: None (ordered when ``seed`` is given or
             ``shuffle=False``), True or False.
-        num_parallel_calls: int, decode parallelism; default 2x the cores.
+        num_parallel_calls: int, decode parallelism; default 2x the cores
+            (``tf.data.AUTOTUNE`` lets tf.data tune it and turns autotune on).
         prefetch: int, batches prefetched (default 2; each holds
-            batch_size*height*width*channels bytes).
-        autotune: bool (default False; see ``pipeline.build``).
+            batch_size*height*width*channels bytes), or ``tf.data.AUTOTUNE``.
+        autotune: bool (default False: measured here, autotuning left a
+            core idle in most epochs; see ``pipeline.build``).
+        ram_budget_bytes: int, tf.data's autotune RAM budget (with autotune).
+        threadpool_size: int, a private tf.data thread pool of this size.
+        prefetch_to_device: e.g. "/gpu:0": batches are copied to that device
+            ahead of time (last stage; not with a distribution strategy).
+        fast_jpeg: bool (default True): crop-before-decode and reduced-scale
+            JPEG decoding where they apply (see README "Augmentation").
+        augment: a ``pipeline.Augment`` (random ops, seeded, in graph).
+        cache_budget_bytes: int, the cache size allowed (default: half the
+            available memory, or the free disk space for a cache file).
         cache: None, "memory" or a file path: decoded, resized elements are
             cached (shuffling then happens on elements, in a 1,024 buffer).
         input_context: a ``tf.distribute.InputContext``: the path list is
