@@ -418,7 +418,8 @@ class Augment:
                 oy, ox, ch, cw = self.crop_window(tf.shape(image), seed)
                 image = image[oy:oy + ch, ox:ox + cw]
             image = transform.to_uint8(tf.image.resize(
-                image, size, method=self.interpolation))
+                image, size, method=self.interpolation),
+                convex=self.interpolation in transform.CONVEX)
             if output_size is not None:
                 image.set_shape([size[0], size[1], channels])
         elif output_size is not None:

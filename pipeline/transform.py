@@ -10,11 +10,22 @@ from __future__ import annotations
 import tensorflow as tf
 
 
-def to_uint8(x):
-    """float [.., 0-255] -> uint8, rounded and clipped (no wrap-around)."""
+# Resampling methods whose output is a convex combination of input pixels:
+# it stays within [0, 255], so no clipping is needed.
+CONVEX = ("bilinear", "area", "nearest")
+
+
+def to_uint8(x, convex: bool = False):
+    """float [.., 0-255] -> uint8, rounded half up; clipped unless ``convex``.
+
+    ``convex=True`` (bilinear / area / nearest output, never outside [0, 255])
+    skips the clip: two elementwise ops instead of four on the hot path.
+    """
     if x.dtype == tf.uint8:
         return x
-    return tf.cast(tf.clip_by_value(tf.round(x), 0.0, 255.0), tf.uint8)
+    if convex:
+        return tf.cast(x + 0.5, tf.uint8)
+    return tf.cast(tf.clip_by_value(x + 0.5, 0.0, 255.0), tf.uint8)
 
 
 def center_crop_window(height, width, target_height, target_width):
@@ -58,6 +69,6 @@ def resize(image, size, mode="stretch", interpolation="bilinear"):
         out = tf.image.resize_with_pad(image, th, tw, method=interpolation)
     else:
         out = tf.image.resize(image, (th, tw), method=interpolation)
-    out = to_uint8(out)
+    out = to_uint8(out, convex=interpolation in CONVEX)
     out.set_shape([th, tw, image.shape[-1]])
     return out
