@@ -28,6 +28,8 @@ import time
 
 from absl import app, flags
 
+from pipeline import bench
+
 flags.DEFINE_integer("shard_mb", 4, "MiB of inputs per shard.")
 flags.DEFINE_integer("num_shards", 3, "Shards written.")
 flags.DEFINE_integer("row_floats", 256, "float32 values per row.")
@@ -118,11 +120,7 @@ def main(argv):
         _child()
         return
     result = run(FLAGS.shard_mb, FLAGS.num_shards, FLAGS.row_floats, FLAGS.batch_size)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if FLAGS.json_out:
-        with open(FLAGS.json_out, "w") as f:
-            f.write(text)
+    print(bench.write_json(FLAGS.json_out, result))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import textwrap
 
 from absl import app, flags
 
+from pipeline import bench
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Folder of JPEG files "
                     "(searched recursively).")
@@ -116,11 +118,7 @@ def main(argv):
            "note": ("queue runners use num_threads threads; pipeline uses "
                     "num_parallel_calls=2*num_threads (its default of 2x the cores on "
                     "2 cores). Runs swing; compare images_per_cpu_sec too.")}
-    text = json.dumps(out, indent=1)
-    print(text)
-    if FLAGS.json_out:
-        with open(FLAGS.json_out, "w") as f:
-            f.write(text)
+    print(bench.write_json(FLAGS.json_out, out))
 
 
 if __name__ == "__main__":

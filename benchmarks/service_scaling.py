@@ -10,7 +10,6 @@ by much, and the JSON says so rather than hiding it.
     python benchmarks/service_scaling.py --num_images=200 --json_out=/tmp/svc.json
 """
 
-import json
 import os
 import signal
 import socket
@@ -19,6 +18,8 @@ import sys
 import time
 
 from absl import app, flags
+
+from pipeline import bench
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Class-folder image root.")
@@ -125,11 +126,7 @@ def main(argv):
            "cores": len(os.sched_getaffinity(0)), "processing_mode": "dynamic",
            "image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size, "results": results,
            "note": "consumer, dispatcher and workers share the machine's cores"}
-    text = json.dumps(out, indent=1)
-    print(text)
-    if FLAGS.json_out:
-        with open(FLAGS.json_out, "w") as f:
-            f.write(text)
+    print(bench.write_json(FLAGS.json_out, out))
 
 
 if __name__ == "__main__":

@@ -10,13 +10,14 @@ Tiny defaults for tests; a real run:
 ``python benchmarks/tfrecord_vs_files.py --num_images=1000 --epochs=3 --json_out=rec.json``.
 """
 
-import json
 import os
 import sys
 import tempfile
 import time
 
 from absl import app, flags
+
+from pipeline import bench
 
 flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Folder of images.")
 flags.DEFINE_integer("num_images", 64, "Images used.")
@@ -72,11 +73,7 @@ def main(argv):
     for name, rs in runs.items():
         result[name] = {k: round(med([r[k] for r in rs]), 2) for k in rs[0]}
         result[name]["runs_images_per_sec"] = [round(r["images_per_sec"], 1) for r in rs]
-    text = json.dumps(result, indent=1)
-    print(text)
-    if FLAGS.json_out:
-        with open(FLAGS.json_out, "w") as f:
-            f.write(text)
+    print(bench.write_json(FLAGS.json_out, result))
 
 
 if __name__ == "__main__":
