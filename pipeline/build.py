@@ -58,6 +58,7 @@ class Records:
     formats: Dict[Optional[str], int]
     has_exif: bool
     file_paths: Optional[List[str]] = None
+    expected: Optional[int] = None  # records per epoch when exactly known
 
 
 def _needs_tfio(idx: index_lib.Index, opts: config_lib.ImageOptions):
@@ -199,7 +200,7 @@ def _transform(source, opts, key, pre_error, has_exif, contents, seed):
 
 
 def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel,
-                  out_batch=None):
+                  out_batch=None, expected=None):
     """Plan elements -> ``(image, label, weight)`` with the bad-file policy.
 
     How a decoder exception is attributed to its file without per-element
@@ -262,6 +263,22 @@ def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel
         bad = tf.logical_and(tf.strings.length(reason) > 0, tf.logical_not(sentinel_))
         keep = tf.logical_not(tf.logical_or(bad, sentinel_))
         any_lost = tf.reduce_any(missing > 0)
+        if expected is not None:
+            # The sentinel's position is the number of elements the plan gave:
+            # fewer than expected means a read error upstream was swallowed.
+            short = tf.reduce_any(sentinel_ & (pos != expected))
+            lost_upstream = tf.reduce_max(tf.where(sentinel_, expected - pos, 0))
+            message = tf.strings.format(
+                "pipeline: {} element(s) of {} were lost while reading the source before "
+                "decoding (e.g. a corrupt TFRecord shard)", (lost_upstream, expected))
+            if raise_mode:
+                ok = tf.debugging.Assert(tf.logical_not(short), [message])
+            else:
+                ok = tf.cond(short, lambda: tf.py_function(
+                    lambda m: error_log.add("<source>", m.numpy().decode()) or True,
+                    [message], tf.bool), lambda: tf.constant(True))
+            with tf.control_dependencies([ok]):
+                keep = tf.identity(keep)
 
         def lost_keys():
             """Keys of every missing position in this chunk, and how many are missing."""
@@ -451,7 +468,9 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     label_dtype = tf.float32 if opts.label_mode in ("multi_hot", "float") else tf.int64
     ctx = opts.input_context
 
+    expected = None  # elements per epoch from the plan, when exactly known
     if records is None:
+        expected = n
         labels = idx.labels if has_labels else [0] * n
         paths_table = tf.constant(idx.paths, tf.string)
         source = _Source(decoder, paths_table)
@@ -469,6 +488,7 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
             # One element per file, so sharding the path list *is* element
             # sharding: exactly-once across pipelines in every case.
             plan = plan.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            expected = len(range(ctx.input_pipeline_id, n, ctx.num_input_pipelines))
             if n < ctx.num_input_pipelines:
                 logging.warning("pipeline: %d files < %d input pipelines: elements are "
                                 "sharded one per pipeline; input pipeline %d %s", n,
@@ -479,10 +499,12 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
             # tf.data service "file" mode = ShardingPolicy.HINT: the dispatcher
             # fills in (num_workers, worker_index); see pipeline.distribute.
             plan = plan.shard(tf.data.experimental.SHARD_HINT, tf.data.experimental.SHARD_HINT)
+            expected = None  # the share is decided by the service
         if opts.shuffle and opts.cache is None:
             plan = plan.shuffle(n, seed=opts.seed, reshuffle_each_iteration=True)
     else:  # the switch: encoded bytes, planned (sharded, shuffled) by the caller
         source = _Source(decoder)
+        expected = records.expected
         # The key carries the reason a record would fail, since its bytes are
         # gone once its decoder raised.
         plan = records.dataset.map(
@@ -503,7 +525,7 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     batch_here = (batch_size is not None and opts.image_size is not None
                   and opts.cache is None and not opts.drop_remainder)
     ds = _decode_stage(plan, source, opts, error_log, encode, sentinel,
-                       out_batch=batch_size if batch_here else None)
+                       out_batch=batch_size if batch_here else None, expected=expected)
     if has_labels and has_weights:
         pass
     elif has_labels:

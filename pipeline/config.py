@@ -21,8 +21,7 @@ INTERPOLATIONS = (
 SUBSETS = ("training", "validation", "both", None)
 ON_ERROR = ("raise", "skip")
 DTYPES = {
-    "uint8": tf.uint8, "float32": tf.float32, "bfloat16": tf.bfloat16,
-    "float16": tf.float16, "uint16": tf.uint16,
+    "uint8": tf.uint8, "float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16,
 }
 # Pillow's decompression-bomb limit (PIL.Image.MAX_IMAGE_PIXELS).
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -145,8 +144,32 @@ def make_options(**kw) -> ImageOptions:
         raise TypeError(f"Unknown option(s): {unknown}. Known options: {sorted(known)}")
     o = dict(kw)
     _check_choice("label_mode", o.get("label_mode", "int"), LABEL_MODES)
+    for name, default in (("shuffle", True), ("exif_orientation", True), ("fast_jpeg", True),
+                          ("autotune", False), ("drop_remainder", False)):
+        v = o.get(name, default)
+        if not isinstance(v, bool):
+            raise ValueError(f"`{name}` must be True or False. {received(name, v)}")
+    ctx = o.get("input_context")
+    if ctx is not None and not (hasattr(ctx, "num_input_pipelines")
+                                and hasattr(ctx, "input_pipeline_id")):
+        raise ValueError("`input_context` must be a tf.distribute.InputContext or None. "
+                         f"{received('input_context', ctx)}")
+    svc = o.get("service")
+    if svc is not None and not (isinstance(svc, str) and svc):
+        raise ValueError("`service` must be None or a dispatcher address such as "
+                         f"'grpc://host:5050'. {received('service', svc)}")
+    norm = o.get("normalize")
+    if norm is not None and norm != "symmetric":
+        try:
+            mean, std = norm
+            ok = all(isinstance(float(v), float) for v in tf.nest.flatten([mean, std]))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError("`normalize` must be None ([0, 1]), 'symmetric' ([-1, 1]) or "
+                             f"(mean, std) in [0, 1] units. {received('normalize', norm)}")
     channels = o.get("channels", 3)
-    if channels not in (1, 3, 4) or isinstance(channels, bool):
+    if channels not in (1, 3, 4) or not isinstance(channels, int) or isinstance(channels, bool):
         raise ValueError(f"`channels` must be 1, 3 or 4. {received('channels', channels)}")
     batch_size = _check_int("batch_size", o.get("batch_size", 32), allow_none=True)
     o["batch_size"] = batch_size
@@ -183,10 +206,15 @@ def make_options(**kw) -> ImageOptions:
         raise ValueError(f"`dtype` must be one of {list(DTYPES)}. {received('dtype', dtype)}")
     o["dtype"] = dtype
     seed = o.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"`seed` must be an int or None. {received('seed', seed)}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                             or not 0 <= seed < 2 ** 63):
+        raise ValueError(f"`seed` must be an int in [0, 2**63) or None. {received('seed', seed)}")
     mp = o.get("max_pixels", DEFAULT_MAX_PIXELS)
     o["max_pixels"] = _check_int("max_pixels", mp)
+    if o["image_size"] is not None and o["image_size"][0] * o["image_size"][1] > o["max_pixels"]:
+        raise ValueError(
+            f"`image_size` asks for more pixels per image than max_pixels={o['max_pixels']}. "
+            f"{received('image_size', o['image_size'])}")
     npc = o.get("num_parallel_calls")
     if npc == tf.data.AUTOTUNE:  # let tf.data tune it (autotune is then switched on)
         o["autotune"] = True
@@ -217,7 +245,7 @@ def make_options(**kw) -> ImageOptions:
                 "`max_errors` is an error budget for on_error='skip'. "
                 f"{received('on_error', o.get('on_error', 'raise'))}")
     cache = o.get("cache")
-    if cache is not None and not isinstance(cache, (str, os.PathLike)):
+    if cache is not None and (not isinstance(cache, (str, os.PathLike)) or not os.fspath(cache)):
         raise ValueError(f"`cache` must be None, 'memory' or a path. {received('cache', cache)}")
     _check_choice("processing_mode", o.get("processing_mode", "off"), ("off", "dynamic", "file"))
     o["cache_budget_bytes"] = _check_int("cache_budget_bytes", o.get("cache_budget_bytes"),

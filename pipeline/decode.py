@@ -46,19 +46,23 @@ def _tfio():
     return tfio
 
 
+def _padded_head(contents, n=16):
+    """The first n bytes, zero-padded: safe to slice whatever the file's length
+    (``tf.strings.substr`` raises when its position is past the end)."""
+    return tf.strings.join([tf.strings.substr(contents, 0, n), b"\x00" * n])
+
+
 def sniff(contents):
     """Format id (int32 scalar, see ``FORMATS``; 6 = unknown) from the first bytes."""
-    s3 = tf.strings.substr(contents, 0, 3)
+    head = _padded_head(contents)
+    at = lambda pos, n: tf.strings.substr(head, pos, n)
     checks = [
-        (JPEG, tf.equal(s3, b"\xff\xd8\xff")),
-        (PNG, tf.equal(tf.strings.substr(contents, 0, 8), b"\x89PNG\r\n\x1a\n")),
-        (GIF, tf.logical_or(tf.equal(tf.strings.substr(contents, 0, 6), b"GIF87a"),
-                            tf.equal(tf.strings.substr(contents, 0, 6), b"GIF89a"))),
-        (BMP, tf.equal(tf.strings.substr(contents, 0, 2), b"BM")),
-        (WEBP, tf.logical_and(tf.equal(tf.strings.substr(contents, 0, 4), b"RIFF"),
-                              tf.equal(tf.strings.substr(contents, 8, 4), b"WEBP"))),
-        (TIFF, tf.logical_or(tf.equal(tf.strings.substr(contents, 0, 4), b"II*\x00"),
-                             tf.equal(tf.strings.substr(contents, 0, 4), b"MM\x00*"))),
+        (JPEG, tf.equal(at(0, 3), b"\xff\xd8\xff")),
+        (PNG, tf.equal(at(0, 8), b"\x89PNG\r\n\x1a\n")),
+        (GIF, tf.logical_or(tf.equal(at(0, 6), b"GIF87a"), tf.equal(at(0, 6), b"GIF89a"))),
+        (BMP, tf.equal(at(0, 2), b"BM")),
+        (WEBP, tf.logical_and(tf.equal(at(0, 4), b"RIFF"), tf.equal(at(8, 4), b"WEBP"))),
+        (TIFF, tf.logical_or(tf.equal(at(0, 4), b"II*\x00"), tf.equal(at(0, 4), b"MM\x00*"))),
     ]
     fmt = tf.constant(UNKNOWN, tf.int32)
     for fid, cond in reversed(checks):
@@ -105,7 +109,7 @@ def header_size(contents, fmt, use_tfio: bool):
         return h, w
 
     def webp():
-        chunk = tf.strings.substr(contents, 12, 4)
+        chunk = tf.strings.substr(_padded_head(contents, 16), 12, 4)
         vp8x = (1 + le(27, 3), 1 + le(24, 3))
         vp8l = (1 + (b[22] // 64 + b[23] * 4 + (b[24] % 16) * 1024),
                 1 + (b[21] + (b[22] % 64) * 256))
@@ -194,13 +198,14 @@ def diagnose(contents, fmt):
     """A reason string for a file whose decoder failed, from its bytes."""
     size = tf.strings.length(contents)
     tail2 = tf.strings.substr(contents, tf.maximum(size - 2, 0), 2)
-    tail = tf.strings.substr(contents, tf.maximum(size - 12, 0), 12)
-    no_iend = tf.logical_not(tf.strings.regex_full_match(tail, "(?s).*IEND.*"))
+    tail = tf.strings.substr(contents, tf.maximum(size - 64, 0), 64)
+    # byte-wise search (a regex would read the bytes as UTF-8 and miss it)
+    no_iend = tf.size(tf.strings.split(tail, sep="IEND")) < 2
     name = tf.gather(tf.constant(FORMAT_NAMES), fmt)
     first = tf.strings.reduce_join(
         tf.strings.as_string(tf.io.decode_raw(tf.strings.substr(contents, 0, 8), tf.uint8)),
         separator=" ")
-    reason = tf.strings.join(["corrupt ", name, " data (the decoder failed)"])
+    reason = tf.strings.join(["corrupt ", name, " data (the decoder failed on it)"])
     reason = tf.where((fmt == GIF) & tf.not_equal(
         tf.strings.substr(contents, tf.maximum(size - 1, 0), 1), b"\x3b"),
         "truncated GIF (no trailer byte)", reason)

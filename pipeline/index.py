@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import errno
 import os
 from typing import List, Optional, Sequence
 
@@ -93,7 +94,9 @@ def sniff_file(path: str) -> FileInfo:
         with open(path, "rb") as f:
             head = f.read(SNIFF_BYTES)
     except OSError as e:
-        if os.path.islink(path) and not os.path.exists(path):
+        if e.errno == errno.ELOOP:
+            info.error = "symbolic-link loop"
+        elif os.path.islink(path) and not os.path.exists(path):
             info.error = "dangling symbolic link"
         else:
             info.error = f"unreadable file ({e.strerror or e})"

@@ -209,16 +209,30 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
 
 @cli.command("scan")
 def cmd_scan(argv):
-    """python -m pipeline scan SOURCE [--json_out=FILE] [--max_pixels=N]."""
+    """python -m pipeline scan SOURCE [--json_out=FILE] [--max_pixels=N].
+
+    Exit status: 0 when every file decodes, 1 when bad files were found,
+    2 when SOURCE cannot be scanned (missing, no images, bad flags).
+    """
     from absl import app
     FLAGS = flags.FLAGS
     if len(argv) != 2:
         raise app.UsageError(f"usage: python -m pipeline scan SOURCE [--flags]. Received: {argv[1:]!r}")
-    report = scan(argv[1], max_pixels=FLAGS.max_pixels, follow_links=FLAGS.follow_links,
-                  progress=FLAGS.progress)
+    if FLAGS.json_out:  # fail before the scan, not after it
+        try:
+            open(FLAGS.json_out, "a").close()
+        except OSError as e:
+            print(f"pipeline scan: cannot write --json_out={FLAGS.json_out!r}: {e}", file=sys.stderr)
+            return 2
+    try:
+        report = scan(argv[1], max_pixels=FLAGS.max_pixels, follow_links=FLAGS.follow_links,
+                      progress=FLAGS.progress)
+    except (OSError, ValueError) as e:
+        print(f"pipeline scan: {e}", file=sys.stderr)
+        return 2
     print(report.table())
     if FLAGS.json_out:
         with open(FLAGS.json_out, "w") as f:
             f.write(report.to_json(indent=2))
         print(f"wrote {FLAGS.json_out}")
-    return 0
+    return 1 if report.bad_files else 0

@@ -132,7 +132,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         ``shards`` (list of {"file", "num_examples"}), ``formats``, ``has_exif``.
 
     Raises:
-        ValueError: a bad argument (named, with the value received).
+        ValueError: a bad argument (named, with the value received), or
+            ``output_dir`` already holds shards or a ``dataset.json``.
     """
     if num_shards is not None:
         num_shards = config_lib._check_int("num_shards", num_shards)
@@ -145,6 +146,13 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     output_dir = os.fspath(output_dir)
     _ensure_fs(output_dir)
     tf.io.gfile.makedirs(output_dir)
+    old = [f for f in tf.io.gfile.listdir(output_dir)
+           if f.rstrip("/").endswith(".tfrecord") or f == "dataset.json"]
+    if old:
+        raise ValueError(
+            f"`output_dir` already holds shards ({sorted(old)[:3]}...): writing new ones "
+            "beside them would mix two datasets. Use an empty folder. "
+            f"Received: output_dir={output_dir!r}")
     kind = _label_kind(idx.labels)
     workers = num_workers or min(num_shards, 2 * config_lib.cpu_count())
     names = [SHARD_PATTERN.format(k, num_shards) for k in range(num_shards)]
@@ -355,7 +363,8 @@ def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
     ds = ds.map(parse, num_parallel_calls=opts.parallelism, deterministic=det)
     records = build_lib.Records(ds, meta["num_examples"], meta["formats"] and {
         (None if k == "unknown" else k): v for k, v in meta["formats"].items()},
-        bool(meta["has_exif"]))
+        bool(meta["has_exif"]), expected=None if (
+            ctx is not None and ctx.num_input_pipelines > 1) else meta["num_examples"])
     idx = index_lib.Index([], [] if kind else None, meta["class_names"], [],
                           [] if has_weights else None)
     return build_lib.build(idx, opts, num_classes=meta["num_classes"], records=records)

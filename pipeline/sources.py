@@ -98,10 +98,18 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
     ``follow_links=True`` (loops are detected and skipped).
     """
     opts = config_lib.make_options(**options)
-    if labels not in ("inferred", None) and isinstance(labels, str):
+    if isinstance(labels, str) and labels != "inferred" or not (
+            labels is None or isinstance(labels, str) or hasattr(labels, "__len__")):
         raise ValueError(
             "`labels` must be 'inferred', None or a sequence of labels. "
             f"Received: labels={labels!r}")
+    if opts.label_mode in ("multi_hot", "float"):
+        raise ValueError(
+            "from_directory gives one class per file: use label_mode 'int', 'categorical', "
+            "'binary' or None (multi-label and float targets come from from_manifest). "
+            f"Received: label_mode={opts.label_mode!r}")
+    if not isinstance(follow_links, bool):
+        raise ValueError(f"`follow_links` must be True or False. Received: follow_links={follow_links!r}")
     idx = index_lib.index_directory(directory, labels, class_names, follow_links)
     if labels is None:
         opts = config_lib.make_options(**{**options, "label_mode": None})

@@ -81,7 +81,8 @@ FAULTS = {
     "trunc90.jpg": (_jpeg_bytes(70)[: len(_jpeg_bytes(70)) * 9 // 10], "truncated JPEG"),
     "trunc50.png": (_png_bytes(80)[: len(_png_bytes(80)) // 2], "PNG"),
     "noiend.png": (_png_bytes(90)[:-12], "IEND"),
-    "corrupt_mid.png": (_corrupt_middle(_png_bytes(100, (64, 64))), "PNG"),
+    # IEND intact: the reason must not claim truncation (fresh-eyes finding)
+    "corrupt_mid.png": (_corrupt_middle(_png_bytes(100, (64, 64))), "corrupt PNG"),
     "bomb.png": (_png_claiming(100000, 100000), "max_pixels"),
     "bomb.jpg": (_jpeg_claiming(65000, 65000), "max_pixels"),
     "bomb.gif": (_gif_claiming(65000, 65000), "max_pixels"),
@@ -218,6 +219,10 @@ def test_scan_reports_everything(mixed, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipeline", "scan", root,
                            f"--json_out={out}", "--noprogress"], capture_output=True,
                           text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 1, proc.stderr[-2000:]     # bad files found: exit 1
     assert json.loads(out.read_text())["num_ok"] == 20
     assert "bad files (15)" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "scan", str(tmp_path / "nope"),
+                           "--noprogress"], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 2 and "nope" in proc.stderr and "Traceback" not in proc.stderr

@@ -36,6 +36,21 @@ def tree(tmp_path):
     (dict(max_pixels=0), "max_pixels=0"),
     (dict(augment="flip"), "augment='flip'"),
     (dict(seed="1"), "seed='1'"),
+    # found by a first user (fresh-eyes test): each was a TypeError / accepted before
+    (dict(labels=5), "labels=5"),
+    (dict(channels=3.0), "channels=3.0"),
+    (dict(input_context="ctx"), "input_context='ctx'"),
+    (dict(service=5), "service=5"),
+    (dict(normalize="bogus", dtype="float32"), "normalize='bogus'"),
+    (dict(shuffle="yes"), "shuffle='yes'"),
+    (dict(exif_orientation=2), "exif_orientation=2"),
+    (dict(fast_jpeg="no"), "fast_jpeg='no'"),
+    (dict(follow_links="yes"), "follow_links='yes'"),
+    (dict(autotune="x"), "autotune='x'"),
+    (dict(cache=""), "cache=''"),
+    (dict(seed=-1), "seed=-1"),
+    (dict(image_size=(10 ** 6, 10 ** 6)), "image_size=(1000000, 1000000)"),
+    (dict(label_mode="multi_hot"), "label_mode='multi_hot'"),
 ])
 def test_bad_option_names_argument_and_value(tree, kw, needle):
     with pytest.raises(ValueError) as e:

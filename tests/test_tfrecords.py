@@ -127,3 +127,37 @@ def test_convert_cli(folder, tmp_path):
     assert printed["num_examples"] == 9 and len(printed["shards"]) == 2
     assert sorted(os.listdir(out)) == ["data-00000-of-00002.tfrecord",
                                        "data-00001-of-00002.tfrecord", "dataset.json"]
+
+
+def test_write_refuses_a_folder_with_shards(folder, tmp_path):
+    out = str(tmp_path / "twice")
+    pipeline.write_tfrecords(folder, out, num_shards=2, progress=False)
+    with pytest.raises(ValueError, match="already holds shards"):
+        pipeline.write_tfrecords(folder, out, num_shards=3, progress=False)
+
+
+def test_zero_byte_source_file_keeps_every_good_record(tmp_path):
+    # Regression (fresh-eyes test): a 0-byte file made from_tfrecords lose most good
+    # images silently (a position-out-of-range error upstream of the decode stage).
+    root = str(tmp_path / "z")
+    make_class_folders(root)
+    open(os.path.join(root, "dog", "zero.jpg"), "wb").close()
+    out = str(tmp_path / "zs")
+    pipeline.write_tfrecords(root, out, num_shards=2, progress=False)
+    ds = pipeline.from_tfrecords(out, image_size=(4, 4), batch_size=4, shuffle=False,
+                                 on_error="skip")
+    assert sorted(values(collect(ds)[0])) == list(range(1, 10))
+    assert [os.path.basename(r.path) for r in pipeline.errors(ds)] == ["zero.jpg"]
+    with pytest.raises(tf.errors.OpError, match="zero.jpg"):
+        list(pipeline.from_tfrecords(out, image_size=(4, 4), shuffle=False))
+
+
+def test_corrupt_shard_is_loud(folder, tmp_path):
+    out = str(tmp_path / "cs")
+    pipeline.write_tfrecords(folder, out, num_shards=2, progress=False)
+    shard = os.path.join(out, sorted(f for f in os.listdir(out) if f.endswith(".tfrecord"))[0])
+    b = bytearray(open(shard, "rb").read())
+    b[len(b) // 2:len(b) // 2 + 16] = b"\x00" * 16
+    open(shard, "wb").write(bytes(b))
+    with pytest.raises(tf.errors.OpError, match="lost while reading"):
+        list(pipeline.from_tfrecords(out, image_size=(4, 4), shuffle=False))
