@@ -276,7 +276,7 @@ def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel
             else:
                 ok = tf.cond(short, lambda: tf.py_function(
                     lambda m: error_log.add("<source>", m.numpy().decode()) or True,
-                    [message], tf.bool), lambda: tf.constant(True))
+                    [message], tf.bool, name=SKIP_RECORDER_NAME), lambda: tf.constant(True))
             with tf.control_dependencies([ok]):
                 keep = tf.identity(keep)
 
@@ -524,6 +524,8 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
         batch_size = ctx.get_per_replica_batch_size(batch_size)
     batch_here = (batch_size is not None and opts.image_size is not None
                   and opts.cache is None and not opts.drop_remainder)
+    if opts.service and opts.processing_mode != "off":
+        expected = None  # the service splits the plan between its workers
     ds = _decode_stage(plan, source, opts, error_log, encode, sentinel,
                        out_batch=batch_size if batch_here else None, expected=expected)
     if has_labels and has_weights:
@@ -551,6 +553,13 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
             ds = ds.map(lambda x, *yw: (scale(x, opts.dtype, opts.normalize),) + yw)
         else:
             ds = ds.map(lambda x: scale(x, opts.dtype, opts.normalize))
+    if opts.on_error == "raise" and expected is not None and not opts.service:
+        # Every element arrives or the epoch raises: the length is known, so
+        # len(ds) works and Keras knows the steps per epoch.
+        count = expected
+        if batch_size is not None:
+            count = expected // batch_size if opts.drop_remainder else -(-expected // batch_size)
+        ds = ds.apply(tf.data.experimental.assert_cardinality(count))
     if opts.prefetch:
         ds = ds.prefetch(opts.prefetch)
 

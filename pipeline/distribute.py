@@ -144,6 +144,21 @@ def _register_tfio_ops(load_tfio: bool):
                         "its ops (WebP, TIFF, EXIF orientation, URIs) will be refused")
 
 
+def _check_reachable(address: str, service: str, timeout: float = 10.0) -> None:
+    """Refuses a dispatcher address where nothing listens (TCP connect test)."""
+    import socket
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "localhost", int(port)),
+                                      timeout=timeout):
+            pass
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"no tf.data service dispatcher answers at {address!r} ({e}); start one with "
+            f"`python -m pipeline service dispatcher --port=PORT`. Received: service={service!r}"
+        ) from None
+
+
 def service_transformation(opts: config_lib.ImageOptions):
     """The ``tf.data.experimental.service.distribute`` transformation for ``opts``.
 
@@ -153,12 +168,17 @@ def service_transformation(opts: config_lib.ImageOptions):
 
     Returns:
         A function ``Dataset -> Dataset`` for ``ds.apply``.
+
+    Raises:
+        ValueError: no dispatcher answers at the address within 10 s (without
+            this check, registering the dataset blocks forever).
     """
     service = opts.service
     if "://" in service:
         protocol, address = service.split("://", 1)
     else:
         protocol, address = "grpc", service
+    _check_reachable(address, service)
     return tf.data.experimental.service.distribute(
         processing_mode=PROCESSING_MODES[opts.processing_mode],
         service=(protocol, address),

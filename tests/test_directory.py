@@ -211,3 +211,20 @@ def test_batch_sizes_full_except_last(class_tree, batch_size, sizes):
     root, _ = class_tree
     ds = pipeline.from_directory(root, image_size=(4, 4), batch_size=batch_size, seed=0)
     assert [int(x.shape[0]) for x, _ in ds] == sizes
+
+
+def test_length_known_in_raise_mode(class_tree):
+    root, _ = class_tree
+    assert len(pipeline.from_directory(root, image_size=(4, 4), batch_size=5)) == 3
+    assert len(pipeline.from_directory(root, image_size=(4, 4), batch_size=5,
+                                       drop_remainder=True)) == 2
+    assert len(pipeline.from_directory(root, image_size=(4, 4), batch_size=None)) == 12
+
+
+def test_service_without_dispatcher_is_refused(class_tree):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]   # nothing listens here once closed
+    with pytest.raises(ValueError, match="no tf.data service dispatcher"):
+        pipeline.from_directory(class_tree[0], service=f"grpc://localhost:{port}")

@@ -38,7 +38,7 @@ def test_checkpoint_mid_epoch_same_process(root, tmp_path):
 _STOP = textwrap.dedent("""
     import json, os, sys
     import pipeline
-    ds = pipeline.from_directory({root!r}, image_size=(8, 8), batch_size=4, shuffle=True)
+    ds = pipeline.from_directory({root!r}, image_size=(8, 8), batch_size=4, shuffle=True{extra})
     cb = pipeline.IteratorCheckpoint(ds, {ckdir!r})
     seen = []
     for _ in range({k}):
@@ -50,7 +50,7 @@ _STOP = textwrap.dedent("""
 _FINISH = textwrap.dedent("""
     import json, os, sys
     import pipeline
-    ds = pipeline.from_directory({root!r}, image_size=(8, 8), batch_size=4, shuffle=True)
+    ds = pipeline.from_directory({root!r}, image_size=(8, 8), batch_size=4, shuffle=True{extra})
     cb = pipeline.IteratorCheckpoint(ds, {ckdir!r})
     epoch = cb.restore()
     seen = [[int(a), int(b)] for x, y in cb.iterator
@@ -59,11 +59,17 @@ _FINISH = textwrap.dedent("""
 """)
 
 
-def test_restore_in_new_process_finishes_epoch_exactly_once(root, tmp_path):
+# Solid images: a random resized crop and a flip keep each image's value.
+AUGMENT = (", seed=5, augment=pipeline.Augment(random_resized_crop=True, "
+           "horizontal_flip=True)")
+
+
+@pytest.mark.parametrize("extra", ["", AUGMENT], ids=["shuffle", "shuffle+augment"])
+def test_restore_in_new_process_finishes_epoch_exactly_once(root, tmp_path, extra):
     ckdir = str(tmp_path / "ck")
-    a = run_py(_STOP.format(root=root, ckdir=ckdir, k=3))
+    a = run_py(_STOP.format(root=root, ckdir=ckdir, k=3, extra=extra))
     assert a.returncode == 0, a.stderr[-2000:]
-    b = run_py(_FINISH.format(root=root, ckdir=ckdir))
+    b = run_py(_FINISH.format(root=root, ckdir=ckdir, extra=extra))
     assert b.returncode == 0, b.stderr[-2000:]
     first, rest = last_json(a.stdout)["seen"], last_json(b.stdout)["seen"]
     assert len(first) == 12
