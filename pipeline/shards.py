@@ -146,8 +146,11 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     output_dir = os.fspath(output_dir)
     _ensure_fs(output_dir)
     tf.io.gfile.makedirs(output_dir)
-    old = [f for f in tf.io.gfile.listdir(output_dir)
-           if f.rstrip("/").endswith(".tfrecord") or f == "dataset.json"]
+    try:
+        listing = tf.io.gfile.listdir(output_dir)
+    except tf.errors.NotFoundError:  # object stores have no empty "folders"
+        listing = []
+    old = [f for f in listing if f.rstrip("/").endswith(".tfrecord") or f == "dataset.json"]
     if old:
         raise ValueError(
             f"`output_dir` already holds shards ({sorted(old)[:3]}...): writing new ones "
