@@ -9,6 +9,8 @@ from typing import List, Optional
 from absl import logging
 
 ErrorRecord = collections.namedtuple("ErrorRecord", ["path", "reason"])
+ErrorRecord.__doc__ = """A skipped file: ``path`` (str, as indexed) and ``reason`` (str), e.g.
+"truncated JPEG (no end-of-image marker)" or "header claims 60000x60000 pixels > max_pixels=..."."""
 
 
 class ErrorBudgetExceeded(RuntimeError):

@@ -96,6 +96,15 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
     ignored and logged once with a count. Symbolic links to files are labelled
     by the folder the link sits in; linked folders are followed only with
     ``follow_links=True`` (loops are detected and skipped).
+
+    Args:
+        directory: str or PathLike, a folder of class sub-folders (or of images
+            with ``labels=None``), or an ``s3://`` / ``gs://`` URI.
+        labels: "inferred" (class = sub-folder), None (images only), or a
+            sequence of int labels, one per image file in sorted path order.
+        class_names: sequence of str or None: fixes the class order and may
+            name a subset of the sub-folders.
+        follow_links: bool, follow symbolically linked folders.
     """
     opts = config_lib.make_options(**options)
     if isinstance(labels, str) and labels != "inferred" or not (
