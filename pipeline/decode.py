@@ -29,7 +29,11 @@ converted to RGB by libjpeg (Adobe inverted CMYK handled).
 
 EXIF orientation (tags 1-8, as in the EXIF 2.32 spec / Pillow's
 ``ImageOps.exif_transpose``) is applied to JPEGs when ``exif_orientation`` is
-on; the tag is read in graph by ``tfio.experimental.image.decode_jpeg_exif``.
+on. The tag is read at index time with Pillow (headers only; see
+``pipeline.index.read_orientation``) and travels with the element as an int
+code; only where it could not be read there (remote URIs, TFRecords, headers
+Pillow cannot parse) is it read in graph by
+``tfio.experimental.image.decode_jpeg_exif``.
 """
 
 from __future__ import annotations
@@ -194,6 +198,16 @@ def apply_orientation(image, orientation):
     return tf.switch_case(o - 1, branches)
 
 
+def exif_code(exif):
+    """Per-element orientation code, int32 scalar: 0 or 1 = as stored, 2-8 =
+    apply that EXIF tag, -1 = read the tag in graph. A bool (the file has an
+    EXIF segment, tag unknown) becomes -1 / 0."""
+    exif = tf.convert_to_tensor(exif)
+    if exif.dtype == tf.bool:
+        return tf.where(exif, -1, 0)
+    return tf.cast(exif, tf.int32)
+
+
 def diagnose(contents, fmt):
     """A reason string for a file whose decoder failed, from its bytes."""
     size = tf.strings.length(contents)
@@ -219,14 +233,17 @@ def diagnose(contents, fmt):
 
 
 class Decoder:
-    """Builds the in-graph ``load(path, has_exif, pre_error)`` function.
+    """Builds the in-graph ``load(path, exif, pre_error)`` function.
 
     Args:
         channels: 1, 3 or 4, output channels.
         max_pixels: int, header width*height above this is refused (pixels).
         exif_orientation: bool, apply the JPEG EXIF orientation.
         use_tfio: bool, put tensorflow-io decoders (WebP, TIFF, EXIF) in the graph.
-        exif_in_graph: bool, some file may carry EXIF (else the op is left out).
+        exif_in_graph: bool, some file may need orienting (else no orientation
+            branch is built). Elements carry an ``exif`` code (see
+            ``exif_code``); code -1 reads the tag with tensorflow-io when
+            ``use_tfio``, and is left as stored otherwise.
     """
 
     def __init__(self, channels=3, max_pixels=178_956_970, exif_orientation=True,
@@ -235,7 +252,8 @@ class Decoder:
         self.channels = channels
         self.max_pixels = max_pixels
         self.use_tfio = use_tfio
-        self.exif = exif_orientation and use_tfio and exif_in_graph
+        self.exif = bool(exif_orientation and exif_in_graph)
+        self.exif_tfio = self.exif and use_tfio
         # only_format: the index saw only this format (e.g. "jpeg"): the graph
         # then holds that decoder alone, with no format dispatch. A file that
         # changed since indexing makes its decoder raise and is reported.
@@ -245,22 +263,32 @@ class Decoder:
     def placeholder(self):
         return tf.zeros([1, 1, self.channels], tf.uint8)
 
-    def _orient(self, img, contents, has_exif):
+    @staticmethod
+    def _needs_orienting(code):
+        return (code < 0) | (code > 1)
+
+    def _orientation(self, contents, code):
+        """The EXIF tag for an element whose code says it needs orienting."""
+        if not self.exif_tfio:
+            return code  # -1 (unknown) is left as stored by apply_orientation
+        return tf.cond(code < 0, lambda: tf.cast(
+            _tfio().experimental.image.decode_jpeg_exif(contents), tf.int32), lambda: code)
+
+    def _orient(self, img, contents, code):
         if not self.exif:
             return img
-        return tf.cond(
-            has_exif,
-            lambda: apply_orientation(img, _tfio().experimental.image.decode_jpeg_exif(contents)),
-            lambda: img)
+        return tf.cond(self._needs_orienting(code),
+                       lambda: apply_orientation(img, self._orientation(contents, code)),
+                       lambda: img)
 
-    def _decode(self, contents, fmt, has_exif, ratio=1):
+    def _decode(self, contents, fmt, code, ratio=1):
         c = self.channels
 
         def jpeg():
             img = tf.io.decode_jpeg(contents, channels=3, ratio=ratio)  # RGB (see _jpeg)
             if c != 3:
                 img = to_channels(img, c)
-            return self._orient(img, contents, has_exif)
+            return self._orient(img, contents, code)
 
         def png():
             return tf.io.decode_png(contents, channels=c)
@@ -310,11 +338,11 @@ class Decoder:
         img.set_shape([None, None, c])
         return img
 
-    def _checked(self, path, has_exif, window_fn=None, target=None):
+    def _checked(self, path, code, window_fn=None, target=None):
         """Reads and decodes; returns (image, reason). May raise on corrupt data."""
-        return self._checked_bytes(tf.io.read_file(path), has_exif, window_fn, target)
+        return self._checked_bytes(tf.io.read_file(path), code, window_fn, target)
 
-    def _checked_bytes(self, contents, has_exif, window_fn=None, target=None):
+    def _checked_bytes(self, contents, code, window_fn=None, target=None):
         """Decodes encoded bytes; returns (image, reason). May raise on corrupt data.
 
         window_fn: optional ``f(shape [3] int32) -> (oy, ox, h, w)``: only that
@@ -353,8 +381,7 @@ class Decoder:
             # file with EXIF orientation whole and orients it; the others are
             # the fast paths (window only, or reduced DCT scale).
             def oriented():
-                img = self._jpeg(contents, orientation=(
-                    _tfio().experimental.image.decode_jpeg_exif(contents)))
+                img = self._jpeg(contents, orientation=self._orientation(contents, code))
                 return (self._crop(img, window_fn) if window_fn is not None else img), ok
 
             if window_fn is not None:
@@ -371,20 +398,22 @@ class Decoder:
             branches = [why] + fast
             if self.exif:
                 branches.append(oriented)
-                normal = tf.where(has_exif, len(branches) - 1, normal)
+                normal = tf.where(self._needs_orienting(code), len(branches) - 1, normal)
             return tf.switch_case(tf.where(too_big, 0, normal), branches)
         if window_fn is not None:
             return tf.cond(too_big | unsupported, why, lambda: (
-                self._crop(self._decode(contents, fmt, has_exif), window_fn), ok))
+                self._crop(self._decode(contents, fmt, code), window_fn), ok))
         return tf.cond(too_big | unsupported, why,
-                       lambda: (self._decode(contents, fmt, has_exif), ok))
+                       lambda: (self._decode(contents, fmt, code), ok))
 
-    def load(self, path, has_exif, pre_error, window_fn=None, target=None):
+    def load(self, path, exif, pre_error, window_fn=None, target=None):
         """Path -> (uint8 image [h, w, channels], reason str; "" when good).
 
         Args:
             path: str scalar, file path or URI.
-            has_exif: bool scalar, the index saw an EXIF segment (JPEG).
+            exif: int32 scalar orientation code (``exif_code``: 0 none, 2-8
+                apply that tag, -1 read it in graph), or a bool scalar (the
+                index saw an EXIF segment, tag unknown).
             pre_error: str scalar, a reason found at index time ("" if none).
             window_fn: optional ``f(shape) -> (offset_y, offset_x, h, w)``,
                 pixels: return only that window of the displayed image
@@ -400,23 +429,24 @@ class Decoder:
         ``pipeline.build``), so this hot path carries no per-element
         exception machinery.
         """
-        return self._guarded(path, has_exif, pre_error,
+        return self._guarded(path, exif, pre_error,
                              lambda p, e: self._checked(p, e, window_fn, target))
 
-    def load_bytes(self, contents, has_exif, pre_error, window_fn=None, target=None):
+    def load_bytes(self, contents, exif, pre_error, window_fn=None, target=None):
         """Encoded bytes (e.g. from a TFRecord) -> (uint8 image [h, w, channels], reason).
 
         Same arguments, checks and reasons as ``load``; nothing is read from disk.
         """
-        return self._guarded(contents, has_exif, pre_error,
+        return self._guarded(contents, exif, pre_error,
                              lambda c, e: self._checked_bytes(c, e, window_fn, target))
 
-    def _guarded(self, source, has_exif, pre_error, checked):
+    def _guarded(self, source, exif, pre_error, checked):
+        code = exif_code(exif)
         if not self.pre_errors:  # the index found no bad file: no check needed
-            img, reason = checked(source, has_exif)
+            img, reason = checked(source, code)
         else:
             img, reason = tf.cond(tf.strings.length(pre_error) > 0,
                                   lambda: (self.placeholder(), pre_error),
-                                  lambda: checked(source, has_exif))
+                                  lambda: checked(source, code))
         img.set_shape([None, None, self.channels])
         return img, reason

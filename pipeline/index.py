@@ -72,6 +72,15 @@ class FileInfo:
     format: Optional[str] = None   # sniffed from content; None when unknown
     error: str = ""                # reason the file is bad, "" when fine so far
     has_exif: bool = False         # a JPEG with an EXIF APP1 segment up front
+    orientation: Optional[int] = None  # its EXIF orientation tag (1-8); None = not read
+
+    @property
+    def exif_code(self) -> int:
+        """What the decoder does about orientation: 0 nothing, 2-8 apply that
+        EXIF tag (read here), -1 read the tag in graph (tensorflow-io)."""
+        if is_remote(self.path) or (self.has_exif and self.orientation is None):
+            return -1
+        return self.orientation if self.has_exif and self.orientation > 1 else 0
 
     @property
     def ext_mismatch(self) -> bool:
@@ -109,7 +118,24 @@ def sniff_file(path: str) -> FileInfo:
         info.error = describe_start(head)
     elif info.format == "jpeg":
         info.has_exif = b"Exif\x00\x00" in head
+        if info.has_exif:
+            info.orientation = read_orientation(path)
     return info
+
+
+def read_orientation(path: str) -> Optional[int]:
+    """A JPEG's EXIF orientation tag (0x0112), 1-8; 1 when absent or invalid.
+
+    Read with Pillow, which parses the headers only (no pixels). None when
+    Pillow cannot read them; the tag is then read in graph by tensorflow-io.
+    """
+    try:
+        from PIL import Image  # pylint: disable=import-outside-toplevel
+        with Image.open(path) as im:
+            tag = im.getexif().get(0x0112)
+    except Exception:  # noqa: BLE001 - a broken header is left to the decoder
+        return None
+    return tag if isinstance(tag, int) and 1 <= tag <= 8 else 1
 
 
 def sniff_files(paths: Sequence[str], workers: Optional[int] = None) -> List[FileInfo]:

@@ -384,7 +384,7 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
                          "carries its file index and options); after .map/.take these are "
                          f"lost. Received: source={source!r}")
 
-    good = [(p, i.has_exif) for p, i in zip(idx.paths, idx.infos) if not i.error]
+    good = [(p, i.exif_code) for p, i in zip(idx.paths, idx.infos) if not i.error]
     if not good:
         raise ValueError(f"No good files to profile: all {len(idx)} are bad at index time.")
     use_tfio, exif_in_graph = build_lib._needs_tfio(idx, opts)
@@ -393,7 +393,7 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
     total = warmup + num_elements
     paths = [p for p, _ in good][:total]
     exifs = [e for _, e in good][:total]
-    base = tf.data.Dataset.from_tensor_slices((tf.constant(paths), tf.constant(exifs)))
+    base = tf.data.Dataset.from_tensor_slices((tf.constant(paths), tf.constant(exifs, tf.int32)))
     base = tf.data.Dataset.zip(base.repeat(), tf.data.Dataset.random(seed=0).batch(2)).map(
         lambda pe, s: (pe[0], pe[1], s))
     image_size = opts.image_size
@@ -426,7 +426,7 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
         extra_op = stage(extra_map)
         stage_fns.append((name, lambda img, p, e, s: extra_op(img)))
 
-    signature = (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.bool),
+    signature = (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int32),
                  tf.TensorSpec([2], tf.int64))
 
     def prefix_fn(k):

@@ -161,14 +161,16 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
     use_tfio, exif = build_lib._needs_tfio(idx, opts)
     decoder = decode.Decoder(3, opts.max_pixels, True, use_tfio=use_tfio, exif_in_graph=exif)
 
-    def probe(path, has_exif, pre_error):
-        image, reason = decoder.load(path, has_exif, pre_error)
+    def probe(path, exif, pre_error):
+        image, reason = decoder.load(path, exif, pre_error)
         return tf.shape(image)[:2], reason
 
     ds = tf.data.Dataset.from_tensor_slices((
-        tf.range(len(idx), dtype=tf.int64), idx.paths, [i.has_exif for i in idx.infos],
+        tf.range(len(idx), dtype=tf.int64), idx.paths,
+        tf.constant([i.exif_code for i in idx.infos], tf.int32),
         [i.error for i in idx.infos]))
-    ds = ds.map(lambda k, p, e, r: (k,) + probe(p, e, r), num_parallel_calls=opts.parallelism,
+    ds = ds.map(build_lib.graph_fn(lambda k, p, e, r: (k,) + probe(p, e, r)),
+                num_parallel_calls=opts.parallelism,
                 deterministic=True)
     # A decoder that raises (e.g. a truncated JPEG) drops its element here; the
     # missing rows are diagnosed from their bytes after the pass.

@@ -363,7 +363,8 @@ def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
     if shuffle:
         ds = ds.shuffle(min(n, shuffle_buffer_size), seed=opts.seed,
                         reshuffle_each_iteration=True)
-    ds = ds.map(parse, num_parallel_calls=opts.parallelism, deterministic=det)
+    ds = ds.map(build_lib.graph_fn(parse), num_parallel_calls=opts.parallelism,
+                deterministic=det)
     records = build_lib.Records(ds, meta["num_examples"], meta["formats"] and {
         (None if k == "unknown" else k): v for k, v in meta["formats"].items()},
         bool(meta["has_exif"]), expected=None if (

@@ -77,8 +77,14 @@ def test_augmentation_seeded_deterministic_and_epoch_dependent(photos):
     assert not np.array_equal(flatten(make(4, 1))[0], ea[0])             # seeds differ
 
 
-def test_exif_orientations_match_pillow(tmp_path):
+@pytest.mark.parametrize("read_at", ["index", "graph"])
+def test_exif_orientations_match_pillow(tmp_path, monkeypatch, read_at):
+    """Tags read at index time (Pillow, no tensorflow-io in the graph) and in
+    graph (tensorflow-io, when the index could not read them) agree with Pillow."""
     from PIL import ImageOps
+    from pipeline import build as build_lib, config, index as index_lib
+    if read_at == "graph":
+        monkeypatch.setattr(index_lib, "read_orientation", lambda path: None)
     base = np.zeros((24, 40, 3), np.uint8)   # four distinct quadrants, 40 wide x 24 high
     base[:12, :20] = (250, 0, 0)
     base[:12, 20:] = (0, 250, 0)
@@ -93,8 +99,12 @@ def test_exif_orientations_match_pillow(tmp_path):
         img.save(p, quality=95, subsampling=0, exif=exif.tobytes())
         paths.append(p)
         refs.append(np.asarray(ImageOps.exif_transpose(Image.open(p)).convert("RGB")))
-    out = list(pipeline.from_paths(paths, image_size=None, batch_size=None,
-                                   shuffle=False).as_numpy_iterator())
+    ds = pipeline.from_paths(paths, image_size=None, batch_size=None, shuffle=False)
+    idx = ds._pipeline_index
+    assert [i.orientation for i in idx.infos] == (
+        list(range(1, 9)) if read_at == "index" else [None] * 8)
+    assert build_lib._needs_tfio(idx, config.make_options()) == (read_at == "graph", True)
+    out = list(ds.as_numpy_iterator())
     for o, (got, ref) in enumerate(zip(out, refs), 1):
         assert got.shape == ref.shape, o
         assert got.shape == ((24, 40, 3) if o <= 4 else (40, 24, 3)), o
