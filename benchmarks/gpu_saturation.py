@@ -137,7 +137,7 @@ def main(argv):
             from pipeline import sample
             data_dir = sample.ensure_sample(FLAGS.sample_images)
         elif FLAGS.num_images:
-            from benchmarks import _peers
+            from pipeline import peers as _peers
             data_dir = _peers.symlink_tree(FLAGS.data_dir, FLAGS.num_images,
                                            os.path.join(tmp, "data"))
         out = run(data_dir, FLAGS.model, FLAGS.mixed_precision, FLAGS.image_size,

@@ -33,7 +33,7 @@ sys.path.insert(0, REPO)
 
 from pipeline import bench  # noqa: E402
 from pipeline import index as index_lib  # noqa: E402
-from benchmarks import _peers  # noqa: E402
+from pipeline import peers as _peers  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Class-folder photo root.")

@@ -5,7 +5,7 @@ filled with symlinks to the real photos of ``--data_dir`` (repeated
 round-robin), then runs one epoch of each candidate in its own subprocess
 (``python -m pipeline.bench``: ``VmHWM`` is the candidate's own peak):
 
-  pipeline_eval  ``pipeline.from_directory`` (streams: memory should not follow
+  pipeline  ``pipeline.from_directory`` (streams: memory should not follow
                  the file count);
   in_memory      decode everything into one uint8 array first, then
                  ``from_tensor_slices`` (grows with the files: 20,000 x
@@ -34,12 +34,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from pipeline import bench  # noqa: E402
-from benchmarks import _peers  # noqa: E402
+from pipeline import peers as _peers  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Photos to repeat.")
 flags.DEFINE_list("sizes", ["1000", "20000"], "File counts, smallest first.")
-flags.DEFINE_list("candidates", ["pipeline_eval", "in_memory"], "Candidates.")
+flags.DEFINE_list("candidates", ["pipeline", "in_memory"], "Candidates.")
 flags.DEFINE_integer("num_classes", 100, "Class sub-folders in each generated folder.")
 flags.DEFINE_integer("image_size", 224, "Output height and width (pixels).")
 flags.DEFINE_integer("batch_size", 64, "Batch size (images).")
@@ -60,7 +60,7 @@ def run(data_dir, sizes, candidates, num_classes=100, image_size=224, batch_size
                                     min(num_classes, n))
             spec = {"data_dir": d, "image_size": [image_size, image_size],
                     "batch_size": batch_size, "epochs": 1, "seed": 0, "num_images": n,
-                    "imports": ["benchmarks._peers"], "hard_exit": True}
+                    "hard_exit": True}
             res = bench.run_candidates(candidates, spec, progress=progress, timeout=timeout)
         per_size.append({"files": n, "results": {
             c: {k: r.get(k) for k in ("peak_rss_mb", "rss_after_import_mb", "images_delivered",
@@ -72,12 +72,12 @@ def run(data_dir, sizes, candidates, num_classes=100, image_size=224, batch_size
                            for c in candidates}}
     out["change"] = {c: v[-1] / v[0] - 1 for c, v in out["peak_rss_mb"].items()}
     out["growth_mb"] = {c: v[-1] - v[0] for c, v in out["peak_rss_mb"].items()}
-    if "pipeline_eval" in out["change"]:
+    if "pipeline" in out["change"]:
         out["max_change"] = max_change
-        out["pipeline_flat"] = abs(out["change"]["pipeline_eval"]) < max_change
-    if "pipeline_eval" in candidates and "in_memory" in candidates:
+        out["pipeline_flat"] = abs(out["change"]["pipeline"]) < max_change
+    if "pipeline" in candidates and "in_memory" in candidates:
         out["in_memory_over_pipeline_at_largest"] = (
-            out["peak_rss_mb"]["in_memory"][-1] / out["peak_rss_mb"]["pipeline_eval"][-1])
+            out["peak_rss_mb"]["in_memory"][-1] / out["peak_rss_mb"]["pipeline"][-1])
     return out
 
 
@@ -100,7 +100,7 @@ def main(argv):
         print(f"{c:<14} peak RSS MiB " + "  ".join(f"{n}: {m:.0f}" for n, m in zip(sizes, v))
               + f"   change {out['change'][c]:+.1%}")
     if "pipeline_flat" in out:
-        print(f"pipeline change {out['change']['pipeline_eval']:+.1%} "
+        print(f"pipeline change {out['change']['pipeline']:+.1%} "
               f"(must be under {FLAGS.max_change:.0%}: "
               f"{'met' if out['pipeline_flat'] else 'NOT met'})")
     if "in_memory_over_pipeline_at_largest" in out:

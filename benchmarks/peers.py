@@ -1,11 +1,11 @@
 """``pipeline`` beside its peers, on the same files, in one run.
 
-Candidates (see ``benchmarks/_peers.py`` for exactly what each does), each in
+Candidates (see ``pipeline/peers.py`` for exactly what each does), each in
 its own subprocess (``python -m pipeline.bench``) so that its peak RSS
 (``VmHWM``) is its own; with ``--repeats`` > 1 they are alternated round by
 round and the medians reported:
 
-  pipeline_eval, pipeline_train (Augment: random resized crop + flip),
+  pipeline, pipeline_train (Augment: random resized crop + flip),
   pipeline_train_nofast (crop-before-decode off; skipped without a
   ``fast_jpeg`` option), keras, keras_aug (RandomCrop + RandomFlip layers),
   tf1_queue (TF1 queue runners), pydataset (Keras PyDataset, Pillow, 2 thread
@@ -16,8 +16,8 @@ Reports images/s (after each epoch's first batch), images per CPU-second,
 cores used, first batch seconds, peak RSS, and the ratios
 
   train_vs_keras_aug   pipeline_train / keras_aug images/s       (target >= 2.0)
-  eval_vs_keras        pipeline_eval / keras images/s            (target >= 1.6)
-  eval_vs_decode_limit pipeline_eval / (decode_limit x cores)    (target >= 0.9)
+  eval_vs_keras        pipeline / keras images/s            (target >= 1.6)
+  eval_vs_decode_limit pipeline / (decode_limit x cores)    (target >= 0.9)
 
 (the same over images per CPU-second as ``*_cpu``), as JSON and a bar chart.
 
@@ -42,10 +42,11 @@ sys.path.insert(0, REPO)
 from pipeline import bench  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
 from pipeline import index as index_lib  # noqa: E402
-from benchmarks import _peers  # noqa: E402  (registers the candidates here too)
+from pipeline import peers as _peers  # noqa: E402
 
-ALL = ["pipeline_eval", "pipeline_train", "pipeline_train_nofast", "keras", "keras_aug",
-       "tf1_queue", "pydataset", "in_memory", "torch", "decode_limit"]
+ALL = list(bench.CANDIDATES)
+DEFAULT = ["pipeline", "pipeline_train", "pipeline_train_nofast", "keras", "keras_aug", "plain",
+           "tf1_queue", "pydataset", "in_memory", "torch", "decode_limit"]
 TARGETS = {"train_vs_keras_aug": 2.0, "eval_vs_keras": 1.6, "eval_vs_decode_limit": 0.9}
 
 FLAGS = flags.FLAGS
@@ -56,7 +57,7 @@ flags.DEFINE_integer("image_size", 224, "Output height and width (pixels).")
 flags.DEFINE_integer("batch_size", 64, "Batch size (images).")
 flags.DEFINE_integer("epochs", 3, "Epochs per candidate run.")
 flags.DEFINE_integer("repeats", 1, "Rounds; candidates alternate within each round.")
-flags.DEFINE_list("candidates", ALL, "Candidates to run, in order.")
+flags.DEFINE_list("candidates", DEFAULT, f"Candidates to run, in order; any of {ALL}.")
 flags.DEFINE_integer("seed", 0, "Shuffle seed.")
 flags.DEFINE_integer("timeout", 1800, "Seconds allowed per candidate run.")
 flags.DEFINE_bool("progress", False, "tqdm bars on stderr.")
@@ -68,11 +69,11 @@ def ratios(results):
     """The target ratios (images/s and images per CPU-second), None when missing."""
     out = {}
     limit = results.get("decode_limit")
-    for key, suffix in (("images_per_sec", ""), ("images_per_cpu_sec", "_cpu")):
+    for key, suffix in (("images_per_sec", ""), ("steady_images_per_cpu_sec", "_cpu")):
         out["train_vs_keras_aug" + suffix] = bench.ratio(results, "pipeline_train", "keras_aug",
                                                          key)
-        out["eval_vs_keras" + suffix] = bench.ratio(results, "pipeline_eval", "keras", key)
-        r = bench.ratio(results, "pipeline_eval", "decode_limit", key)
+        out["eval_vs_keras" + suffix] = bench.ratio(results, "pipeline", "keras", key)
+        r = bench.ratio(results, "pipeline", "decode_limit", key)
         if r is not None and key == "images_per_sec":
             r /= limit["cores"]  # the limit is one core's rate times the cores
         out["eval_vs_decode_limit" + suffix] = r
@@ -85,7 +86,7 @@ def run(data_dir, candidates, image_size=224, batch_size=64, epochs=3, repeats=1
     idx = index_lib.index_directory(data_dir, sniff=False)
     spec = {"data_dir": data_dir, "image_size": [image_size, image_size],
             "batch_size": batch_size, "epochs": epochs, "seed": seed, "num_images": len(idx),
-            "imports": ["benchmarks._peers"], "hard_exit": True}
+            "hard_exit": True}
     results = bench.run_candidates(candidates, spec, repeats=repeats, progress=progress,
                                    keep_going=True, timeout=timeout)
     cores = config_lib.cpu_count()
@@ -96,7 +97,7 @@ def run(data_dir, candidates, image_size=224, batch_size=64, epochs=3, repeats=1
     lim = results.get("decode_limit")
     if bench.ok(lim):
         out["decode_limit_images_per_sec"] = lim["images_per_sec"] * lim["cores"]
-        out["decode_limit_images_per_cpu_sec"] = lim["images_per_cpu_sec"]
+        out["decode_limit_images_per_cpu_sec"] = lim["steady_images_per_cpu_sec"]
     out["meets_targets"] = {k: (out["ratios"][k] >= t if out["ratios"][k] is not None else None)
                             for k, t in TARGETS.items()}
     out["skipped"] = {n: r["skipped"] for n, r in results.items() if "skipped" in r}
@@ -112,7 +113,7 @@ def plot(out, path):
         hl["decode limit (1 core x %d)" % out["cores"]] = out["decode_limit_images_per_sec"]
     return bench.bar_chart(
         path, names, {"images/s": [res[n]["images_per_sec"] for n in names],
-                      "images per CPU-s": [res[n]["images_per_cpu_sec"] for n in names]},
+                      "images per CPU-s": [res[n]["steady_images_per_cpu_sec"] for n in names]},
         f"{out['num_images']} photos, {out['image_size']}px, batch {out['batch_size']}, "
         f"{out['epochs']} epochs x {out['repeats']} (medians), {out['cores']} cores",
         "images", hlines=hl)
@@ -135,7 +136,7 @@ def main(argv):
     png = FLAGS.png_out or os.path.splitext(FLAGS.json_out)[0] + ".png"
     out["png"] = plot(out, png)
     bench.write_json(FLAGS.json_out, out)
-    print(bench.format_table(out["candidates"], reference="pipeline_eval"))
+    print(bench.format_table(out["candidates"], reference="pipeline"))
     for n, why in out["skipped"].items():
         print(f"skipped {n}: {why}")
     for n, err in out["failed"].items():

@@ -1,7 +1,7 @@
 """TF1 queue runners vs ``pipeline.from_paths``, side by side, same files.
 
 The legacy path (``tf.compat.v1``, graph mode, in its own subprocess; the
-code is ``benchmarks._peers.QueueRunnerBatches``, shared with ``peers.py``):
+code is ``pipeline.peers.QueueRunnerBatches``, shared with ``peers.py``):
 ``slice_input_producer`` -> ``read_file`` -> ``decode_jpeg`` -> ``resize`` ->
 ``tf.train.batch(num_threads=2)`` with a ``Coordinator`` and
 ``start_queue_runners``. The product: ``pipeline.compat.get_batch`` (=
@@ -53,7 +53,7 @@ def report(name, n, first_n, t0, t_first, t1, c_first, c1):
 _QUEUE = _COMMON + textwrap.dedent("""
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
-    from benchmarks._peers import QueueRunnerBatches  # shared with benchmarks/peers.py
+    from pipeline.peers import QueueRunnerBatches  # shared with benchmarks/peers.py
     paths, size, batch, threads, epochs = json.loads(sys.argv[1])
     t0 = time.perf_counter()
     qr = QueueRunnerBatches(paths, list(range(len(paths))), size, batch, threads)

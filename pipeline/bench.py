@@ -41,160 +41,10 @@ import time
 from typing import Callable, Dict, List, Optional
 
 # --- candidates -------------------------------------------------------------
-# Each takes the spec dict and returns an iterable dataset (re-iterable per epoch).
-
-
-def _pipeline(spec):
-    import pipeline
-    return pipeline.from_directory(
-        spec["data_dir"], image_size=tuple(spec["image_size"]), batch_size=spec["batch_size"],
-        seed=spec.get("seed"), **spec.get("options", {}))
-
-
-def _keras(spec):
-    import keras
-    return keras.utils.image_dataset_from_directory(
-        spec["data_dir"], image_size=tuple(spec["image_size"]), batch_size=spec["batch_size"],
-        shuffle=True, seed=spec.get("seed"), verbose=False)
-
-
-def _plain(spec):
-    """Hand-tuned tf.data without the safety machinery (guards off)."""
-    import tensorflow as tf
-    from pipeline import config, index, transform
-    idx = index.index_directory(spec["data_dir"], sniff=False)
-    size = tuple(spec["image_size"])
-
-    def load(path, label):
-        img = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
-        return transform.resize(img, size), tf.cast(label, tf.int32)
-
-    ds = tf.data.Dataset.from_tensor_slices((idx.paths, idx.labels))
-    ds = ds.shuffle(len(idx), seed=spec.get("seed"), reshuffle_each_iteration=True)
-    ds = ds.map(load, num_parallel_calls=2 * config.cpu_count(), deterministic=False)
-    ds = ds.batch(spec["batch_size"]).prefetch(2)
-    o = tf.data.Options()
-    o.autotune.enabled = False
-    return ds.with_options(o)
-
-
-def _files(spec):
-    from pipeline import index
-    idx = index.index_directory(spec["data_dir"], sniff=False)
-    return idx.paths, idx.labels
-
-
-def _pil_load(path, size):
-    """One file -> float32 [h, w, 3] in [0, 1] with Pillow (the legacy way)."""
-    import numpy as np
-    from PIL import Image
-    with Image.open(path) as im:
-        im = im.convert("RGB").resize((size[1], size[0]), Image.BILINEAR)
-        return np.asarray(im, np.float32) / 255.0
-
-
-def _load_all(spec):
-    """Load everything first: every file decoded (Pillow) into one float32 array.
-
-    The loading happens here, before the first batch, so it counts in
-    ``first_batch_sec``; the array and its ``from_tensor_slices`` copy count in
-    ``peak_rss_mb`` (both grow with the dataset).
-    """
-    import numpy as np
-    import tensorflow as tf
-    paths, labels = _files(spec)
-    size = tuple(spec["image_size"])
-    x = np.empty((len(paths),) + size + (3,), np.float32)
-    for i, p in enumerate(paths):
-        x[i] = _pil_load(p, size)
-    ds = tf.data.Dataset.from_tensor_slices((x, np.asarray(labels, np.int32)))
-    ds = ds.shuffle(len(paths), seed=spec.get("seed"), reshuffle_each_iteration=True)
-    return ds.batch(spec["batch_size"]).prefetch(2)
-
-
-class _Epochs:
-    """Re-iterable wrapper: each ``iter()`` runs ``steps`` calls of ``fn``."""
-
-    def __init__(self, fn, steps, on_epoch_end=None):
-        self.fn, self.steps, self.on_epoch_end = fn, steps, on_epoch_end
-
-    def __iter__(self):
-        for i in range(self.steps):
-            yield self.fn(i)
-        if self.on_epoch_end:
-            self.on_epoch_end()
-
-
-def _queue_runners(spec):
-    """TF1 queue runners (tf.compat.v1, graph + Session): slice_input_producer ->
-    read_file -> decode_jpeg -> resize_images -> tf.train.batch(num_threads=2).
-    An epoch is ``num_images // batch_size`` sess.run calls (queues have no epoch end)."""
-    import tensorflow as tf
-    tf1 = tf.compat.v1
-    paths, labels = _files(spec)
-    size, bs = list(spec["image_size"]), spec["batch_size"]
-    graph = tf.Graph()
-    with graph.as_default():
-        path, label = tf1.train.slice_input_producer(
-            [tf.constant(paths), tf.constant(labels, tf.int32)], shuffle=True,
-            seed=spec.get("seed"))
-        image = tf.image.decode_jpeg(tf1.read_file(path), channels=3)
-        image = tf.cast(tf1.image.resize_images(image, size), tf.uint8)
-        image.set_shape(size + [3])
-        xb, yb = tf1.train.batch([image, label], batch_size=bs, num_threads=2,
-                                 capacity=4 * bs)
-        sess = tf1.Session(graph=graph)
-        coord = tf1.train.Coordinator()
-        tf1.train.start_queue_runners(sess=sess, coord=coord)
-    return _Epochs(lambda i: sess.run([xb, yb]), max(1, len(paths) // bs))
-
-
-def _generator(spec):
-    """fit_generator style: a Python generator loading batches with Pillow, fed
-    through ``pipeline.compat.from_keras_generator`` (one thread, under the GIL)."""
-    import numpy as np
-    from pipeline import compat
-    paths, labels = _files(spec)
-    size, bs = tuple(spec["image_size"]), spec["batch_size"]
-    rng = np.random.RandomState(spec.get("seed") or 0)
-
-    def batches():
-        order = rng.permutation(len(paths))
-        for s in range(0, len(order), bs):
-            rows = order[s:s + bs]
-            yield (np.stack([_pil_load(paths[r], size) for r in rows]),
-                   np.asarray([labels[r] for r in rows], np.int32))
-    return compat.from_keras_generator(batches)
-
-
-def _keras_idg(spec):
-    """``ImageDataGenerator(rescale=1/255).flow_from_directory`` (Keras legacy; Pillow)."""
-    import tensorflow as tf
-    gen = tf.keras.preprocessing.image.ImageDataGenerator(rescale=1.0 / 255)
-    it = gen.flow_from_directory(spec["data_dir"], target_size=tuple(spec["image_size"]),
-                                 batch_size=spec["batch_size"], class_mode="sparse",
-                                 shuffle=True, seed=spec.get("seed"), interpolation="bilinear")
-    return _Epochs(lambda i: it[i], len(it), it.on_epoch_end)
-
-
-CANDIDATES: Dict[str, Callable] = {
-    "pipeline": _pipeline,
-    "keras": _keras,
-    "plain": _plain,
-    "load_all": _load_all,
-    "queue_runners": _queue_runners,
-    "generator": _generator,
-    "keras_idg": _keras_idg,
-}
-DESCRIPTIONS = {
-    "pipeline": "pipeline.from_directory (uint8, guards on)",
-    "keras": "keras.utils.image_dataset_from_directory (float32)",
-    "plain": "hand-tuned tf.data decode_jpeg+resize, guards off",
-    "load_all": "load everything first: Pillow into one float32 array, from_tensor_slices",
-    "queue_runners": "TF1 queue runners (tf.compat.v1, 2 threads, uint8)",
-    "generator": "fit_generator style: Python generator (Pillow) via compat.from_keras_generator",
-    "keras_idg": "ImageDataGenerator(rescale=1/255).flow_from_directory (Pillow, float32)",
-}
+# Filled by ``register``; pipeline.peers (imported at the end of this module)
+# registers every peer input pipeline.
+CANDIDATES: Dict[str, Callable] = {}
+DESCRIPTIONS: Dict[str, str] = {}
 
 
 class CandidateSkipped(Exception):
@@ -509,6 +359,9 @@ def _worker(spec_json: str) -> None:
     sys.stderr.flush()
     os._exit(0)  # queue-runner threads and Sessions must not hold up the exit
 
+
+# Registers the candidates (pipeline.peers imports this module: keep this last).
+from pipeline import peers  # noqa: E402,F401  pylint: disable=wrong-import-position,cyclic-import
 
 if __name__ == "__main__":
     # Run in the imported module, where spec["imports"] modules register

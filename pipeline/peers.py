@@ -1,27 +1,32 @@
-"""Peer input pipelines registered as ``pipeline.bench`` candidates.
+"""Every peer input pipeline the benchmarks measure, registered as
+``pipeline.bench`` candidates (one set, shared by ``python -m pipeline bench``,
+``benchmarks/*.py`` and the notebooks).
 
-Imported by the benchmark workers through ``spec["imports"] =
-["benchmarks._peers"]`` (the harness puts the repository root on the
-workers' ``PYTHONPATH``). Every factory takes the harness spec
-(``data_dir``, ``image_size`` [h, w], ``batch_size``, ``epochs``, ``seed``,
-``options``) and returns something iterable once per epoch whose items are
-batches ``(images [b, h, w, 3], labels [b])``.
+Every factory takes the harness spec (``data_dir``, ``image_size`` [h, w],
+``batch_size``, ``epochs``, ``seed``, ``options``) and returns something
+iterable once per epoch whose items are batches ``(images [b, h, w, 3],
+labels [b])``.
 
 Candidates:
-    pipeline_eval: ``pipeline.from_directory`` (resize, uint8).
+    pipeline: ``pipeline.from_directory`` (resize, uint8; eval mode).
     pipeline_train: the same with ``augment=pipeline.Augment(
         random_resized_crop=True, horizontal_flip=True)``.
-    pipeline_train_nofast: train mode with crop-before-decode off, when
-        ``ImageOptions`` has a ``fast_jpeg`` switch (skipped otherwise).
+    pipeline_train_nofast: train mode with crop-before-decode off
+        (``fast_jpeg=False``).
     keras: ``keras.utils.image_dataset_from_directory`` (float32).
     keras_aug: the same loaded at 256/224 of the size, then Keras
         ``RandomCrop`` + ``RandomFlip("horizontal")`` mapped over batches (the
         usual Keras train recipe; Keras 3's RandomCrop uses one window per
         batch, see NOTES.md).
+    plain: hand-tuned tf.data (``decode_jpeg`` + resize to uint8, 2x cores
+        parallel calls, autotune off) without pipeline's safety machinery.
     tf1_queue: TF1 queue runners (``tf.compat.v1``, graph mode):
         ``slice_input_producer`` -> ``read_file`` -> ``decode_jpeg`` ->
         ``resize_images`` -> ``tf.train.batch(num_threads=cores)``.
         Delivers ``len // batch`` full batches per epoch.
+    generator: ``fit_generator`` style, a Python generator decoding batches
+        with Pillow, through ``pipeline.compat.from_keras_generator``.
+    keras_idg: ``ImageDataGenerator(rescale=1/255).flow_from_directory``.
     pydataset: a ``keras.utils.PyDataset`` decoding with Pillow, ``workers=2``,
         ``use_multiprocessing=False`` (threads: Pillow releases the GIL while
         decoding and resizing, and processes would pickle every batch back),
@@ -51,15 +56,13 @@ from pipeline import bench
 from pipeline import config as config_lib
 from pipeline import index as index_lib
 
-IMPORT = "benchmarks._peers"
-
 
 def _index(spec):
     idx = index_lib.index_directory(spec["data_dir"], sniff=False)
     return list(idx.paths), list(idx.labels), idx
 
 
-def _pipeline_eval(spec):
+def _pipeline(spec):
     import pipeline
     return pipeline.from_directory(
         spec["data_dir"], image_size=tuple(spec["image_size"]), batch_size=spec["batch_size"],
@@ -129,6 +132,33 @@ def _keras_aug(spec):
                   num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
+def _keras(spec):
+    import keras
+    return keras.utils.image_dataset_from_directory(
+        spec["data_dir"], image_size=tuple(spec["image_size"]), batch_size=spec["batch_size"],
+        shuffle=True, seed=spec.get("seed"), verbose=False)
+
+
+def _plain(spec):
+    """Hand-tuned tf.data without the safety machinery (guards off)."""
+    import tensorflow as tf
+    from pipeline import transform
+    _, _, idx = _index(spec)
+    size = tuple(spec["image_size"])
+
+    def load(path, label):
+        img = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+        return transform.resize(img, size), tf.cast(label, tf.int32)
+
+    ds = tf.data.Dataset.from_tensor_slices((idx.paths, idx.labels))
+    ds = ds.shuffle(len(idx), seed=spec.get("seed"), reshuffle_each_iteration=True)
+    ds = ds.map(load, num_parallel_calls=2 * config_lib.cpu_count(), deterministic=False)
+    ds = ds.batch(spec["batch_size"]).prefetch(2)
+    o = tf.data.Options()
+    o.autotune.enabled = False
+    return ds.with_options(o)
+
+
 # --- TF1 queue runners ------------------------------------------------------
 
 class QueueRunnerBatches:
@@ -192,6 +222,48 @@ def pil_load(path, size):
         if im.size != (size[1], size[0]):
             im = im.resize((size[1], size[0]), Image.BILINEAR)
         return np.asarray(im, dtype=np.uint8)
+
+
+class _Epochs:
+    """Re-iterable wrapper: each ``iter()`` runs ``steps`` calls of ``fn``."""
+
+    def __init__(self, fn, steps, on_epoch_end=None):
+        self.fn, self.steps, self.on_epoch_end = fn, steps, on_epoch_end
+
+    def __iter__(self):
+        for i in range(self.steps):
+            yield self.fn(i)
+        if self.on_epoch_end:
+            self.on_epoch_end()
+
+
+def _generator(spec):
+    """fit_generator style: a Python generator loading batches with Pillow, fed
+    through ``pipeline.compat.from_keras_generator`` (one thread, under the GIL);
+    uint8 like the others."""
+    import numpy as np
+    from pipeline import compat
+    paths, labels, _ = _index(spec)
+    size, bs = tuple(spec["image_size"]), spec["batch_size"]
+    rng = np.random.RandomState(spec.get("seed") or 0)
+
+    def batches():
+        order = rng.permutation(len(paths))
+        for s in range(0, len(order), bs):
+            rows = order[s:s + bs]
+            yield (np.stack([pil_load(paths[r], size) for r in rows]),
+                   np.asarray([labels[r] for r in rows], np.int32))
+    return compat.from_keras_generator(batches)
+
+
+def _keras_idg(spec):
+    """``ImageDataGenerator(rescale=1/255).flow_from_directory`` (Keras legacy; Pillow)."""
+    import tensorflow as tf
+    gen = tf.keras.preprocessing.image.ImageDataGenerator(rescale=1.0 / 255)
+    it = gen.flow_from_directory(spec["data_dir"], target_size=tuple(spec["image_size"]),
+                                 batch_size=spec["batch_size"], class_mode="sparse",
+                                 shuffle=True, seed=spec.get("seed"), interpolation="bilinear")
+    return _Epochs(lambda i: it[i], len(it), it.on_epoch_end)
 
 
 def _pydataset(spec):
@@ -301,18 +373,24 @@ def _decode_limit(spec):
     return ds
 
 
-bench.register("pipeline_eval", _pipeline_eval, "pipeline.from_directory, resize (eval mode)")
+bench.register("pipeline", _pipeline, "pipeline.from_directory, resize (eval mode; uint8, guards on)")
 bench.register("pipeline_train", _pipeline_train,
                "pipeline.from_directory + Augment(random_resized_crop, horizontal_flip)")
 bench.register("pipeline_train_nofast", _pipeline_train_nofast,
                "pipeline train mode, crop-before-decode off (fast_jpeg=False)",
                precheck=_no_fast_jpeg_switch)
+bench.register("keras", _keras, "keras.utils.image_dataset_from_directory (float32)")
 bench.register("keras_aug", _keras_aug,
                "image_dataset_from_directory at 256/224 size + RandomCrop + RandomFlip")
+bench.register("plain", _plain, "hand-tuned tf.data decode_jpeg+resize, guards off")
 bench.register("tf1_queue", _tf1_queue, "TF1 queue runners (tf.compat.v1), cores threads")
+bench.register("generator", _generator,
+               "fit_generator style: Python generator (Pillow) via compat.from_keras_generator")
+bench.register("keras_idg", _keras_idg,
+               "ImageDataGenerator(rescale=1/255).flow_from_directory (Pillow, float32)")
 bench.register("pydataset", _pydataset, "keras.utils.PyDataset, Pillow, workers=2 (threads)")
 bench.register("in_memory", _in_memory,
-               "decode all (Pillow) into numpy, then from_tensor_slices (load_sec apart)")
+               "load everything first: Pillow into one uint8 array, from_tensor_slices")
 bench.register("torch", _torch, "torch DataLoader, Pillow, num_workers=cores",
                precheck=_no_torch)
 bench.register("decode_limit", _decode_limit,
