@@ -29,8 +29,10 @@ flags.DEFINE_list("image_size", ["224", "224"], "bench: output height,width in p
 flags.DEFINE_integer("batch_size", 64, "bench: batch size (images).")
 flags.DEFINE_integer("epochs", 3, "bench: epochs per candidate.")
 flags.DEFINE_integer("repeats", 1, "bench: runs per candidate, alternated; medians reported.")
-flags.DEFINE_list("compare", ["keras"], "bench: peers to run beside pipeline "
-                  "(keras, plain); empty for none.")
+flags.DEFINE_list("compare", ["keras"], "bench: peers to run beside pipeline, any of "
+                  "pipeline.bench.CANDIDATES (keras, plain, tf1_queue, pydataset, in_memory, "
+                  "generator, keras_idg, keras_aug, pipeline_train, decode_limit, torch, ...; "
+                  "see pipeline/peers.py); empty for none.")
 flags.DEFINE_string("json_out", None, "bench/scan: write the result as JSON to this file.")
 flags.DEFINE_integer("sample_images", 256, "bench: images in the built-in sample.")
 flags.DEFINE_integer("seed", 0, "bench: shuffle seed.")
@@ -105,9 +107,17 @@ def cmd_bench(argv):
     from pipeline import index
     idx = index.index_directory(data_dir, sniff=False)
     names = ["pipeline"] + [c for c in FLAGS.compare if c and c != "pipeline"]
+    unknown = [c for c in names if c not in bench.CANDIDATES]
+    if unknown:
+        raise app.UsageError(f"--compare: unknown candidate(s) {unknown}; known: "
+                             f"{sorted(bench.CANDIDATES)}. Received: {FLAGS.compare!r}")
     spec = {"data_dir": data_dir, "image_size": size, "batch_size": FLAGS.batch_size,
             "epochs": FLAGS.epochs, "seed": FLAGS.seed, "num_images": len(idx),
             "options": {"on_error": FLAGS.on_error}}
+    if len(idx) <= FLAGS.batch_size:
+        logging.warning("pipeline bench: %d images with --batch_size=%d is one batch per epoch: "
+                        "there is no steady state to measure (images/s is NaN). Use more "
+                        "images or a smaller --batch_size.", len(idx), FLAGS.batch_size)
     results = bench.run_candidates(names, spec, repeats=FLAGS.repeats, progress=FLAGS.progress)
     print(f"\n{len(idx)} images in {data_dir}, image_size={size[0]}x{size[1]}, "
           f"batch_size={FLAGS.batch_size}, epochs={FLAGS.epochs}, repeats={FLAGS.repeats}")
@@ -119,6 +129,8 @@ def cmd_bench(argv):
     out["options"] = dict(spec, candidates=names)
     out["compare"] = {n: results[n] for n in names if n != "pipeline"}
     for n in names[1:]:
+        if not bench.ok(results[n]):
+            continue  # skipped (e.g. torch not installed): shown in the table
         ratio = main["images_per_sec"] / results[n]["images_per_sec"]
         out[f"speedup_vs_{n}"] = ratio
         print(f"pipeline / {n}: {ratio:.2f}x images/s")

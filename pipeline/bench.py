@@ -122,13 +122,15 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
     out = {
         "name": spec["name"],
         "description": DESCRIPTIONS.get(spec["name"], spec["name"]),
-        "images_per_sec": steady_n / steady_t if steady_t > 0 else float("nan"),
+        # No steady state when every epoch is a single batch: NaN, not 0.
+        "images_per_sec": steady_n / steady_t if steady_n and steady_t > 0 else float("nan"),
         "first_batch_sec": first_batch,
         "peak_rss_mb": _status_mb("VmHWM"),
         "rss_after_import_mb": rss0,
         "images_per_cpu_sec": n_total / cpu if cpu > 0 else float("nan"),
         "cpu_cores_used": cpu / wall if wall > 0 else float("nan"),
-        "steady_images_per_cpu_sec": steady_n / steady_cpu if steady_cpu > 0 else float("nan"),
+        "steady_images_per_cpu_sec": (steady_n / steady_cpu if steady_n and steady_cpu > 0
+                                      else float("nan")),
         "steady_cpu_cores_used": steady_cpu / steady_t if steady_t > 0 else float("nan"),
         "epoch_start_cpu_sec": start_cpu / max(epochs, 1),
         "num_images": n_total // max(epochs, 1),

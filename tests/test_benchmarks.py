@@ -175,3 +175,24 @@ def test_service_scaling_one_worker(photos, tmp_path):
     assert r["workers"] == 1 and r["worker_cpu_sec"] > 0
     assert [e["images"] for e in r["epochs"]] == [N]
     assert r["images_per_sec_median"] > 0
+
+
+def test_single_batch_epochs_have_no_steady_state():
+    """One batch per epoch leaves nothing after the first batch: NaN, never 0 images/s."""
+    import numpy as np
+    from pipeline import bench
+    one = bench.measure(lambda spec: [np.zeros((4, 2))], {"name": "x", "epochs": 2},
+                        progress=False)
+    assert math.isnan(one["images_per_sec"]) and math.isnan(one["steady_images_per_cpu_sec"])
+    assert one["images_delivered"] == 8
+    two = bench.measure(lambda spec: [np.zeros((4, 2)), np.zeros((3, 2))],
+                        {"name": "x", "epochs": 2}, progress=False)
+    assert two["images_per_sec"] > 0 and two["images_delivered"] == 14
+
+
+def test_bench_cli_refuses_unknown_candidate():
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "bench", "--compare=keras,nope"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "--compare: unknown candidate(s) ['nope']" in proc.stderr
+    assert "Received: ['keras', 'nope']" in proc.stderr
