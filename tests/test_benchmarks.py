@@ -133,10 +133,15 @@ def test_guard_cost(photos, tmp_path):
     assert out["ratio"] == pytest.approx(
         res["pipeline"]["images_per_sec"] / res["plain"]["images_per_sec"])
     assert out["cost"] == pytest.approx(1 - out["ratio"])
+    p, q = res["pipeline"], res["plain"]
     assert out["cost_cpu"] == pytest.approx(
-        1 - res["pipeline"]["images_per_cpu_sec"] / res["plain"]["images_per_cpu_sec"])
+        1 - p["steady_images_per_cpu_sec"] / q["steady_images_per_cpu_sec"])
+    assert out["cost_cpu_whole_epochs"] == pytest.approx(
+        1 - p["images_per_cpu_sec"] / q["images_per_cpu_sec"])
+    assert out["epoch_start_cpu_sec_extra"] == pytest.approx(
+        p["epoch_start_cpu_sec"] - q["epoch_start_cpu_sec"])
     assert out["meets_target"] == (out["cost"] <= 0.05)
-    assert "pipeline / plain" in stdout
+    assert "pipeline / plain" in stdout and "per epoch start" in stdout
 
 
 def test_gpu_saturation_small_model(photos, tmp_path):
