@@ -88,6 +88,8 @@ def cmd_bench(argv):
         raise app.UsageError(f"--batch_size must be > 0. Received: {FLAGS.batch_size}")
     if FLAGS.epochs <= 0:
         raise app.UsageError(f"--epochs must be > 0. Received: {FLAGS.epochs}")
+    if FLAGS.repeats <= 0:
+        raise app.UsageError(f"--repeats must be > 0. Received: {FLAGS.repeats}")
     data_dir = FLAGS.data_dir
     if data_dir is None:
         data_dir = sample.ensure_sample(FLAGS.sample_images)
@@ -118,7 +120,12 @@ def cmd_bench(argv):
         logging.warning("pipeline bench: %d images with --batch_size=%d is one batch per epoch: "
                         "there is no steady state to measure (images/s is NaN). Use more "
                         "images or a smaller --batch_size.", len(idx), FLAGS.batch_size)
-    results = bench.run_candidates(names, spec, repeats=FLAGS.repeats, progress=FLAGS.progress)
+    # A peer that fails (e.g. Keras on a bad file) is reported, not fatal.
+    results = bench.run_candidates(names, spec, repeats=FLAGS.repeats, progress=FLAGS.progress,
+                                   keep_going=True)
+    if not bench.ok(results["pipeline"]):
+        print(bench.format_table(results))
+        raise app.UsageError(f"pipeline failed: {results['pipeline'].get('error', '')[-800:]}")
     print(f"\n{len(idx)} images in {data_dir}, image_size={size[0]}x{size[1]}, "
           f"batch_size={FLAGS.batch_size}, epochs={FLAGS.epochs}, repeats={FLAGS.repeats}")
     print(bench.format_table(results))
@@ -130,7 +137,10 @@ def cmd_bench(argv):
     out["compare"] = {n: results[n] for n in names if n != "pipeline"}
     for n in names[1:]:
         if not bench.ok(results[n]):
-            continue  # skipped (e.g. torch not installed): shown in the table
+            if "error" in results[n]:
+                lines = results[n]["error"].strip().splitlines() or [""]
+                print(f"{n} FAILED: {lines[-1]}")
+            continue  # skipped (e.g. torch not installed) or failed: shown in the table
         ratio = main["images_per_sec"] / results[n]["images_per_sec"]
         out[f"speedup_vs_{n}"] = ratio
         print(f"pipeline / {n}: {ratio:.2f}x images/s")

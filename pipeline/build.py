@@ -183,8 +183,8 @@ def _transform(source, opts, key, pre_error, has_exif, contents, seed):
     * ``augment`` with ``random_resized_crop``: the crop window comes from the
       header and seed, and only it is decoded (``decode_and_crop_jpeg``).
     * ``resize="crop"``: the centre window, likewise.
-    * ``resize="stretch"/"pad"``: a JPEG >= 2x the target in both sides is
-      decoded at 1/2, 1/4 or 1/8 scale first (libjpeg DCT scaling).
+    * ``resize="stretch"``: a JPEG >= 2x the target in both sides is decoded
+      at 1/2, 1/4 or 1/8 scale first (libjpeg DCT scaling).
     ``fast_jpeg=False`` turns all three off (decode whole, then transform).
     """
     aug = opts.augment
@@ -205,7 +205,10 @@ def _transform(source, opts, key, pre_error, has_exif, contents, seed):
         image, reason = source.load(key, pre_error, has_exif, contents, window_fn=window)
         image = transform.resize(image, size, "stretch", opts.interpolation)
     else:
-        target = size if (size is not None and fast) else None
+        # DCT scaling only for "stretch": "pad" places the content by the
+        # source's exact aspect ratio, which the rounded sizes of a reduced-
+        # scale decode shift by a pixel.
+        target = size if (size is not None and fast and opts.resize == "stretch") else None
         image, reason = source.load(key, pre_error, has_exif, contents, target=target)
         if size is not None:
             image = transform.resize(image, size, opts.resize, opts.interpolation)
@@ -416,6 +419,33 @@ def check_cache_budget(opts, n: int) -> Optional[int]:
     return estimate
 
 
+def cache_file(opts, idx, records=None) -> str:
+    """The cache file prefix for ``cache=path``: ``path`` + "-" + a fingerprint.
+
+    The fingerprint (SHA-1, 16 hex digits) covers what the cached elements
+    depend on: the files (paths, sizes, labels) and the options applied
+    before the cache (image size, resize, interpolation, channels, label
+    mode, EXIF, max_pixels, fast_jpeg, on_error, sharding). A cache written
+    for other files or options, or left incomplete by an epoch that failed on
+    a bad file which was then fixed or removed, is therefore never read back
+    as if it were this dataset's.
+    """
+    import hashlib  # pylint: disable=import-outside-toplevel
+    h = hashlib.sha1()
+    ctx = opts.input_context
+    parts = [opts.image_size, opts.resize, opts.interpolation, opts.channels, opts.label_mode,
+             opts.exif_orientation, opts.max_pixels, opts.fast_jpeg, opts.on_error,
+             (ctx.num_input_pipelines, ctx.input_pipeline_id) if ctx is not None else None]
+    h.update(repr(parts).encode())
+    if records is not None:
+        h.update(repr((records.num_examples, records.file_paths)).encode())
+    else:
+        for i, info in enumerate(idx.infos):
+            h.update(repr((info.path, info.size, idx.labels[i] if idx.labels else None,
+                           idx.weights[i] if idx.weights else None)).encode())
+    return f"{opts.cache}-{h.hexdigest()[:16]}"
+
+
 def diagnose_file(path: str) -> str:
     """Why a file's decoder failed (reads it again; for the rare bad path)."""
     try:
@@ -552,7 +582,7 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
         ds = ds.map(graph_fn(lambda image, y, w: image))
 
     if opts.cache is not None:
-        ds = ds.cache("" if opts.cache == "memory" else str(opts.cache))
+        ds = ds.cache("" if opts.cache == "memory" else cache_file(opts, idx, records))
         if opts.shuffle:
             ds = ds.shuffle(min(n, 1024), seed=opts.seed, reshuffle_each_iteration=True)
         if opts.augment is not None:  # random ops run after the cache, fresh each epoch

@@ -7,6 +7,7 @@ received, in Keras' form: ``"... Received: image_size=(0, 224)"``.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 from typing import Any, Optional, Sequence, Tuple
 
@@ -92,7 +93,7 @@ class ImageOptions:
 def _check_int(name, value, minimum=1, allow_none=False):
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int,)) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(
             f"`{name}` must be an integer >= {minimum}"
             + (" or None" if allow_none else "") + f". {received(name, value)}")
@@ -114,7 +115,7 @@ def validate_image_size(image_size, batch_size):
                 "images of different sizes cannot be batched. "
                 f"{received('batch_size', batch_size)}")
         return None
-    if isinstance(image_size, int) and not isinstance(image_size, bool):
+    if isinstance(image_size, numbers.Integral) and not isinstance(image_size, bool):
         image_size = (image_size, image_size)
     try:
         h, w = image_size
@@ -123,7 +124,7 @@ def validate_image_size(image_size, batch_size):
             "`image_size` must be (height, width) of positive integers or None. "
             f"{received('image_size', image_size)}") from None
     for v in (h, w):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
             raise ValueError(
                 "`image_size` must be (height, width) of positive integers or "
                 f"None. {received('image_size', image_size)}")
@@ -169,8 +170,9 @@ def make_options(**kw) -> ImageOptions:
             raise ValueError("`normalize` must be None ([0, 1]), 'symmetric' ([-1, 1]) or "
                              f"(mean, std) in [0, 1] units. {received('normalize', norm)}")
     channels = o.get("channels", 3)
-    if channels not in (1, 3, 4) or not isinstance(channels, int) or isinstance(channels, bool):
+    if channels not in (1, 3, 4) or not isinstance(channels, numbers.Integral) or isinstance(channels, bool):
         raise ValueError(f"`channels` must be 1, 3 or 4. {received('channels', channels)}")
+    o["channels"] = int(channels)
     batch_size = _check_int("batch_size", o.get("batch_size", 32), allow_none=True)
     o["batch_size"] = batch_size
     o["image_size"] = validate_image_size(o.get("image_size", (256, 256)), batch_size)
@@ -206,9 +208,10 @@ def make_options(**kw) -> ImageOptions:
         raise ValueError(f"`dtype` must be one of {list(DTYPES)}. {received('dtype', dtype)}")
     o["dtype"] = dtype
     seed = o.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
                              or not 0 <= seed < 2 ** 63):
         raise ValueError(f"`seed` must be an int in [0, 2**63) or None. {received('seed', seed)}")
+    o["seed"] = None if seed is None else int(seed)
     mp = o.get("max_pixels", DEFAULT_MAX_PIXELS)
     o["max_pixels"] = _check_int("max_pixels", mp)
     if o["image_size"] is not None and o["image_size"][0] * o["image_size"][1] > o["max_pixels"]:

@@ -315,6 +315,29 @@ def index_directory(directory: str, labels="inferred", class_names=None,
     return Index(paths, label_list, class_names, infos)
 
 
+def _check_int_labels(labels, class_names):
+    """Class indices as Python ints, each in [0, len(class_names)) (or >= 0).
+
+    Raises:
+        ValueError: a label that is not an integer (or a str class name where
+            the first label is one), or out of range; its position is named.
+    """
+    import numbers  # pylint: disable=import-outside-toplevel
+    out = []
+    for i, l in enumerate(labels):
+        if isinstance(l, bool) or not isinstance(l, numbers.Integral):
+            raise ValueError(
+                "`labels` must be all int class indices or all str class names (one class "
+                "per path; multi-label and float targets come from from_manifest). "
+                f"Received: labels[{i}]={l!r}")
+        if l < 0 or (class_names is not None and l >= len(class_names)):
+            bound = f"< len(class_names)={len(class_names)}" if class_names is not None else ""
+            raise ValueError(f"`labels` must be class indices >= 0 {bound}. "
+                             f"Received: labels[{i}]={l!r}")
+        out.append(int(l))
+    return out
+
+
 def index_paths(paths, labels=None, class_names=None, sniff: bool = True) -> Index:
     """Turns a list of paths (and optional labels) into an ``Index``.
 
@@ -355,6 +378,8 @@ def index_paths(paths, labels=None, class_names=None, sniff: bool = True) -> Ind
                     f"`labels` has class(es) not in `class_names`: {unknown[:10]}. "
                     f"Received: class_names={class_names!r}")
             label_list = [lookup[s] for s in strs]
+        else:
+            label_list = _check_int_labels(label_list, class_names)
     infos = sniff_files(paths) if sniff else [FileInfo(p) for p in paths]
     return Index(paths, label_list, class_names, infos)
 

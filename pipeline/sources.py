@@ -51,8 +51,12 @@ _COMMON_DOC = """
         augment: a ``pipeline.Augment`` (random ops, seeded, in graph).
         cache_budget_bytes: int, the cache size allowed (default: half the
             available memory, or the free disk space for a cache file).
-        cache: None, "memory" or a file path: decoded, resized elements are
-            cached (shuffling then happens on elements, in a 1,024 buffer).
+        cache: None, "memory" or a file path prefix: decoded, resized elements
+            are cached (shuffling then happens on elements, in a 1,024
+            buffer). The files written are ``path-<fingerprint>.*``, the
+            fingerprint covering the files and options (see
+            ``build.cache_file``): a cache is only read back by the same
+            dataset.
         input_context: a ``tf.distribute.InputContext``: the path list is
             sharded per input pipeline before shuffling and ``batch_size`` is
             the global batch.
@@ -135,6 +139,11 @@ def from_paths(paths, labels=None, class_names=None, **options):
         class_names: sequence of str or None.
     """
     opts = config_lib.make_options(**options)
+    if opts.label_mode in ("multi_hot", "float"):
+        raise ValueError(
+            "from_paths gives one class per path: use label_mode 'int', 'categorical', "
+            "'binary' or None (multi-label and float targets come from from_manifest). "
+            f"Received: label_mode={opts.label_mode!r}")
     idx = index_lib.index_paths(paths, labels, class_names)
     if labels is None:
         opts = config_lib.make_options(**{**options, "label_mode": None})

@@ -111,3 +111,43 @@ def test_exif_orientations_match_pillow(tmp_path, monkeypatch, read_at):
         assert _mad(got, ref) <= 3.0, o
         if o in (2, 3, 4):  # really moved, not just the same pixels
             assert _mad(got, np.asarray(Image.open(paths[0]).convert("RGB"))) > 20, o
+
+
+def test_pad_fast_path_matches_slow_path(photos):
+    """Found by a fresh-eyes user: DCT-scaled decoding shifted "pad" content by a
+    pixel. "pad" now decodes at full scale; fast and slow paths agree exactly."""
+    get = lambda fast: np.stack(list(pipeline.from_directory(
+        photos, image_size=(64, 80), resize="pad", batch_size=None, shuffle=False,
+        fast_jpeg=fast).map(lambda x, y: x).as_numpy_iterator()))
+    assert np.array_equal(get(True), get(False))
+
+
+def test_file_cache_never_reads_a_stale_or_failed_cache(tmp_path):
+    """Found by a fresh-eyes user: a cache file written for other options, or left by
+    an epoch that failed on a bad file, was read back as this dataset's."""
+    root = tmp_path / "d"
+    for k in range(4):
+        solid(str(root / "a" / f"{k}.png"), 10 + k)
+    cache = str(tmp_path / "c" / "cache")
+    os.makedirs(os.path.dirname(cache))
+    values = lambda ds: sorted(int(x[0, 0, 0]) for x, _ in ds.unbatch().as_numpy_iterator())
+    stretch = pipeline.from_directory(str(root), image_size=(8, 8), batch_size=2, cache=cache)
+    assert values(stretch) == [10, 11, 12, 13]
+    big = pipeline.from_directory(str(root), image_size=(16, 16), batch_size=2, cache=cache)
+    assert [x.shape[1:3] for x, _ in big.as_numpy_iterator()] == [(16, 16)] * 2
+    # a bad file fails the epoch; once it is removed, the next dataset works
+    bad = root / "a" / "zz.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="zz.png"):
+        values(pipeline.from_directory(str(root), image_size=(8, 8), batch_size=2, cache=cache,
+                                       shuffle=False))
+    bad.unlink()
+    assert values(pipeline.from_directory(str(root), image_size=(8, 8), batch_size=2,
+                                          cache=cache, shuffle=False)) == [10, 11, 12, 13]
+    # same files and options: the same cache prefix is reused
+    from pipeline import build
+    a = pipeline.from_directory(str(root), image_size=(8, 8), cache=cache)
+    b = pipeline.from_directory(str(root), image_size=(8, 8), cache=cache)
+    c = pipeline.from_directory(str(root), image_size=(8, 8), cache=cache, resize="crop")
+    f = lambda ds: build.cache_file(ds._pipeline_options, ds._pipeline_index)
+    assert f(a) == f(b) != f(c) and f(a).startswith(cache + "-")

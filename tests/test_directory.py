@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -228,3 +229,23 @@ def test_service_without_dispatcher_is_refused(class_tree):
         port = s.getsockname()[1]   # nothing listens here once closed
     with pytest.raises(ValueError, match="no tf.data service dispatcher"):
         pipeline.from_directory(class_tree[0], service=f"grpc://localhost:{port}")
+
+
+def test_from_paths_labels_checked(class_tree):
+    """Found by a fresh-eyes user: out-of-range, negative, float and mixed labels were
+    accepted or failed deep inside TensorFlow."""
+    root, _ = class_tree
+    paths = sorted(str(p) for p in __import__("pathlib").Path(root).rglob("*.png"))[:3]
+    cases = [([0, -1, 2], "labels[1]=-1"), ([0, 1, 5], "labels[2]=5"),
+             ([0.5, 1, 2], "labels[0]=0.5"), ([None, 1, 2], "labels[0]=None"),
+             ([[1, 0], [0, 1], [1, 1]], "labels[0]=[1, 0]")]
+    for labels, msg in cases:
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            pipeline.from_paths(paths, labels=labels, class_names=["a", "b", "c"])
+    with pytest.raises(ValueError, match="label_mode='multi_hot'"):
+        pipeline.from_paths(paths, labels=["a", "b", "c"], label_mode="multi_hot")
+    ds = pipeline.from_paths(paths, labels=np.array([2, 0, 1]), image_size=(4, 4),
+                             batch_size=np.int64(3), seed=np.int64(1), shuffle=False,
+                             class_names=["a", "b", "c"])
+    assert list(next(iter(ds))[1].numpy()) == [2, 0, 1]
+    assert ds._pipeline_options.seed == 1 and type(ds._pipeline_options.seed) is int
