@@ -53,7 +53,7 @@ flags.DEFINE_integer("num_workers", None, "convert: writer threads.")
 flags.DEFINE_string("path_column", None, "convert: manifest path column.")
 flags.DEFINE_list("label_columns", None, "convert: manifest label column(s).")
 flags.DEFINE_string("root", None, "convert: manifest root for relative paths.")
-flags.DEFINE_bool("allow_outside_root", False, "convert: allow manifest paths outside root.")
+flags.DEFINE_bool("allow_outside_root", False, "convert/scan: allow manifest paths outside root.")
 # service
 flags.DEFINE_integer("port", None, "service: port (dispatcher default 5050, worker 0 = any).")
 flags.DEFINE_string("dispatcher_address", None, "service worker: dispatcher host:port.")
@@ -211,7 +211,18 @@ def main(argv):
         raise app.UsageError(
             f"usage: python -m pipeline <{'|'.join(sorted(COMMANDS))}> [--flags]. "
             f"Received: {argv[1:]!r}")
-    return COMMANDS[argv[1]](argv[1:])
+    try:
+        return COMMANDS[argv[1]](argv[1:])
+    except app.UsageError as e:
+        # The message alone (absl would print the whole flag list first).
+        print(f"pipeline {argv[1]}: {e}\n(python -m pipeline {argv[1]} --helpfull lists the "
+              "flags)", file=sys.stderr)
+        return e.exitcode
+    except (ValueError, FileNotFoundError, NotADirectoryError, FileExistsError) as e:
+        # Ordinary mistakes (a missing source, a bad option value, an output
+        # folder that already holds shards): one line, exit status 2.
+        print(f"pipeline {argv[1]}: error: {e}", file=sys.stderr)
+        return 2
 
 
 def run():

@@ -112,14 +112,14 @@ class ScanReport:
         return "<pre>" + html.escape(self.table()) + "</pre>"
 
 
-def _index_for(source, follow_links=False):
+def _index_for(source, follow_links=False, allow_outside_root=False):
     from pipeline import index as index_lib
     if isinstance(source, (list, tuple)):
         return index_lib.index_paths(list(source))
     source = os.fspath(source)
     if os.path.isfile(source) and source.lower().endswith((".csv", ".jsonl", ".json")):
         from pipeline import manifest  # provided by the manifest source
-        return manifest.index_manifest(source)
+        return manifest.index_manifest(source, allow_outside_root=allow_outside_root)[0]
     if os.path.isdir(source):
         has_dirs = any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(source))
         return index_lib.index_directory(source, "inferred" if has_dirs else None,
@@ -128,7 +128,8 @@ def _index_for(source, follow_links=False):
 
 
 def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[int] = None,
-         follow_links: bool = False, progress: bool = True) -> ScanReport:
+         follow_links: bool = False, progress: bool = True,
+         allow_outside_root: bool = False) -> ScanReport:
     """Scans a folder, a manifest or a list of paths in one parallel pass.
 
     Every file is read and decoded with the factories' in-graph decoder (header
@@ -141,13 +142,15 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
         num_parallel_calls: decode parallelism (default 2x the cores).
         follow_links: follow linked folders (loop-safe).
         progress: show a tqdm progress bar.
+        allow_outside_root: a manifest may name files outside its folder
+            (absolute paths, ``..``), as in ``from_manifest``.
 
     Returns:
         A ``ScanReport``.
 
     Raises:
         FileNotFoundError: ``source`` does not exist.
-        ValueError: ``source`` holds no image files.
+        ValueError: ``source`` holds no image files, or a bad ``max_pixels``.
     """
     import tensorflow as tf
     from tqdm.auto import tqdm
@@ -155,9 +158,10 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
     from pipeline import build as build_lib
     from pipeline import config, decode
 
-    opts = config.make_options(max_pixels=max_pixels or config.DEFAULT_MAX_PIXELS,
-                               num_parallel_calls=num_parallel_calls)
-    idx = _index_for(source, follow_links)
+    opts = config.make_options(
+        max_pixels=config.DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels,
+        num_parallel_calls=num_parallel_calls, image_size=None, batch_size=None)
+    idx = _index_for(source, follow_links, allow_outside_root)
     use_tfio, exif = build_lib._needs_tfio(idx, opts)
     decoder = decode.Decoder(3, opts.max_pixels, True, use_tfio=use_tfio, exif_in_graph=exif)
 
@@ -219,7 +223,8 @@ def cmd_scan(argv):
     from absl import app
     FLAGS = flags.FLAGS
     if len(argv) != 2:
-        raise app.UsageError(f"usage: python -m pipeline scan SOURCE [--flags]. Received: {argv[1:]!r}")
+        raise app.UsageError("usage: python -m pipeline scan SOURCE [--flags]. "
+                             f"Received: {argv[1:]!r}", exitcode=2)
     if FLAGS.json_out:  # fail before the scan, not after it
         try:
             open(FLAGS.json_out, "a").close()
@@ -228,7 +233,7 @@ def cmd_scan(argv):
             return 2
     try:
         report = scan(argv[1], max_pixels=FLAGS.max_pixels, follow_links=FLAGS.follow_links,
-                      progress=FLAGS.progress)
+                      progress=FLAGS.progress, allow_outside_root=FLAGS.allow_outside_root)
     except (OSError, ValueError) as e:
         print(f"pipeline scan: {e}", file=sys.stderr)
         return 2

@@ -226,3 +226,35 @@ def test_scan_reports_everything(mixed, tmp_path):
                            "--noprogress"], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, PYTHONPATH=REPO))
     assert proc.returncode == 2 and "nope" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_scan_manifests_max_pixels_and_cli_usage(mixed, tmp_path):
+    """Found by a fresh-eyes user: manifests with paths outside their folder could not
+    be scanned, small max_pixels was refused with a message about image_size, 0 was
+    ignored, and CLI mistakes printed tracebacks or exited 1 ("bad files found")."""
+    import subprocess, sys
+    from conftest import REPO
+    root, good, bad = mixed
+    man = tmp_path / "m" / "list.csv"
+    os.makedirs(man.parent)
+    rows = good[:3] + [p for p in bad if p.endswith("zero.png")]
+    man.write_text("path,label\n" + "".join(f"{p},x\n" for p in rows))
+    with pytest.raises(ValueError, match="allow_outside_root"):
+        pipeline.scan(str(man), progress=False)
+    report = pipeline.scan(str(man), progress=False, allow_outside_root=True)
+    assert len(rows) == 4 and report.num_files == 4 and report.num_ok == 3
+    small = pipeline.scan(os.path.join(root, "good"), max_pixels=10, progress=False)
+    assert small.num_ok == 0 and "max_pixels=10" in small.bad_files[0]["reason"]
+    with pytest.raises(ValueError, match="max_pixels=0"):
+        pipeline.scan(root, max_pixels=0, progress=False)
+    env = dict(os.environ, PYTHONPATH=REPO)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "pipeline", *a], capture_output=True,
+                                    text=True, timeout=300, env=env)
+    proc = run("scan", str(man), "--allow_outside_root", "--noprogress")
+    assert proc.returncode == 1 and "bad files (1)" in proc.stdout, proc.stderr[-2000:]
+    proc = run("scan")                              # no source: a usage error, exit 2
+    assert proc.returncode == 2 and "usage: python -m pipeline scan SOURCE" in proc.stderr
+    assert "--batch_size" not in proc.stderr        # the message, not the whole flag list
+    proc = run("convert", str(tmp_path / "nope"), str(tmp_path / "out"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "pipeline convert: error:" in proc.stderr and "nope" in proc.stderr
