@@ -251,6 +251,10 @@ def make_options(**kw) -> ImageOptions:
     if cache is not None and (not isinstance(cache, (str, os.PathLike)) or not os.fspath(cache)):
         raise ValueError(f"`cache` must be None, 'memory' or a path. {received('cache', cache)}")
     _check_choice("processing_mode", o.get("processing_mode", "off"), ("off", "dynamic", "file"))
+    if o.get("processing_mode", "off") != "off" and not o.get("service"):
+        raise ValueError(
+            "`processing_mode` applies to a tf.data service: pass `service=` (the dispatcher "
+            f"address) too. Received: processing_mode={o['processing_mode']!r}, service=None")
     o["cache_budget_bytes"] = _check_int("cache_budget_bytes", o.get("cache_budget_bytes"),
                                          allow_none=True)
     aug = o.get("augment")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob as glob_lib
+import numbers
 import os
 from typing import List, Optional, Tuple
 
@@ -162,8 +163,10 @@ def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[in
     shuffle_buffer_size = config_lib._check_int("shuffle_buffer_size", shuffle_buffer_size)
     cycle_length = config_lib._check_int("cycle_length", cycle_length, allow_none=True)
     prefetch = config_lib._check_int("prefetch", prefetch, minimum=0)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"`seed` must be an int or None. Received: seed={seed!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
+                             or not 0 <= seed < 2 ** 63):
+        raise ValueError(f"`seed` must be an int in [0, 2**63) or None. Received: seed={seed!r}")
+    seed = None if seed is None else int(seed)
     x_files = _files(inputs, "inputs")
     x_infos = [read_header(f) for f in x_files]
     _check_same(x_infos, "inputs")

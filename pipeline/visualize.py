@@ -160,7 +160,11 @@ def show_batch(ds, num_images: int = 16, *, file_names: Optional[bool] = None,
             ``file_names=True`` for a dataset without known file paths; ``ds``
             a ``(train, val)`` tuple; no images in ``ds``.
     """
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    try:
+        import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+        raise ImportError("pipeline.show_batch needs matplotlib: pip install 'pipeline[notebooks]' "
+                          f"(or pip install matplotlib). ({e})") from e
 
     from pipeline import badfiles as errors_lib  # pylint: disable=import-outside-toplevel
 

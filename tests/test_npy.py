@@ -99,6 +99,8 @@ def test_refusals_name_the_file(tmp_path, shards):
     (tmp_path / "trunc.npy").write_bytes(data[:-10])
     with pytest.raises(ValueError, match=r"trunc.npy: truncated"):
         pipeline.from_npy_shards([str(tmp_path / "trunc.npy")])
+    with pytest.raises(ValueError, match=r"Received: seed=-1"):  # as the image factories
+        pipeline.from_npy_shards(xs, seed=-1)
     with pytest.raises(ValueError, match=r"matches no files. Received: inputs="):
         pipeline.from_npy_shards(str(tmp_path / "none_*.npy"))
     with pytest.raises(ValueError, match=r"Received: batch_size=0"):

@@ -2,6 +2,7 @@
 
 import os
 
+import numpy as np
 import pytest
 
 import pipeline
@@ -48,6 +49,8 @@ def tree(tmp_path):
     (dict(follow_links="yes"), "follow_links='yes'"),
     (dict(autotune="x"), "autotune='x'"),
     (dict(cache=""), "cache=''"),
+    (dict(processing_mode="dynamic"), "processing_mode='dynamic', service=None"),
+    (dict(seed=np.int64(-3)), "seed=-3"),
     (dict(seed=-1), "seed=-1"),
     (dict(image_size=(10 ** 6, 10 ** 6)), "image_size=(1000000, 1000000)"),
     (dict(label_mode="multi_hot"), "label_mode='multi_hot'"),
