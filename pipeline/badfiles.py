@@ -14,7 +14,13 @@ ErrorRecord.__doc__ = """A skipped file: ``path`` (str, as indexed) and ``reason
 
 
 class ErrorBudgetExceeded(RuntimeError):
-    """More files were bad than ``max_errors`` allows."""
+    """More files were bad than ``max_errors`` allows.
+
+    Raised by ``ErrorLog.add``, which runs inside the dataset's graph (a
+    ``tf.py_function`` on the rare bad-file path): a caller iterating the
+    dataset receives it wrapped as ``tf.errors.UnknownError``, whose message
+    contains "ErrorBudgetExceeded: " and this exception's text.
+    """
 
 
 class ErrorLog:

@@ -30,7 +30,11 @@ _COMMON_DOC = """
             and the reason; "skip": the file is dropped, logged and listed by
             ``pipeline.errors(ds)``.
         max_errors: with "skip", an int count or a float fraction of files;
-            past it the run fails with a summary.
+            past it iteration raises ``tf.errors.UnknownError`` whose message
+            holds "ErrorBudgetExceeded: pipeline: N bad files, more than
+            max_errors=... allows" and a summary of the reasons (the
+            ``ErrorBudgetExceeded`` raised inside the graph, as TensorFlow
+            wraps it).
         exif_orientation: bool (default True), apply JPEG EXIF orientation.
         max_pixels: int, default 178,956,970 (Pillow's limit): files whose
             header claims more pixels are bad, before any decode.
