@@ -20,6 +20,7 @@ cannot be saved: restoring it would silently restart it).
 from __future__ import annotations
 
 import collections
+import glob
 import os
 import threading
 from typing import Iterator, Optional
@@ -196,6 +197,12 @@ class IteratorCheckpoint(keras.callbacks.Callback):
                 for j, a in enumerate(_flat_np(element)):
                     arrays[f"b{i}_{j}"] = a
             np.savez(path + ".pending.npz", count=np.int64(len(pending)), **arrays)
+            # The manager deletes checkpoints past max_to_keep; their
+            # .pending.npz files go with them.
+            kept = {os.path.abspath(c) for c in self.manager.checkpoints}
+            for old in glob.glob(os.path.join(self.directory, "iterator-*.pending.npz")):
+                if os.path.abspath(old[:-len(".pending.npz")]) not in kept:
+                    os.remove(old)
         self._batches_since_save = 0
         logging.info("pipeline: saved iterator to %s (%d batch(es) pending)", path, len(pending))
         return path

@@ -1,5 +1,6 @@
 """Resumable iteration: iterator checkpoints mid-epoch, across processes."""
 
+import os
 import textwrap
 
 import pytest
@@ -147,9 +148,15 @@ def test_py_function_map_is_refused(root):
 def test_skip_mode_recorder_is_allowed(root, tmp_path):
     ds = pipeline.from_directory(root, image_size=(8, 8), batch_size=4, on_error="skip")
     pipeline.check_checkpointable(ds)
-    cb = pipeline.IteratorCheckpoint(ds, str(tmp_path / "ck"))
+    cb = pipeline.IteratorCheckpoint(ds, str(tmp_path / "ck"), max_to_keep=2)
     next(cb.iterator)
-    assert cb.save()
+    for _ in range(4):
+        assert cb.save()
+    # older checkpoints and their pending batches are removed together
+    assert sorted(os.listdir(tmp_path / "ck")) == [
+        "checkpoint", "iterator-3.data-00000-of-00001", "iterator-3.index",
+        "iterator-3.pending.npz", "iterator-4.data-00000-of-00001", "iterator-4.index",
+        "iterator-4.pending.npz"]
 
 
 def test_bad_save_freq():
