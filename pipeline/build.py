@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -65,6 +65,9 @@ class Records:
     has_exif: bool
     file_paths: Optional[List[str]] = None
     expected: Optional[int] = None  # records per epoch when exactly known
+    # Rare path, in graph: names where elements were lost (e.g. which shards
+    # hold fewer readable records than written); a str scalar.
+    lost_detail: Optional[Callable[[], tf.Tensor]] = None
 
 
 def _needs_tfio(idx: index_lib.Index, opts: config_lib.ImageOptions):
@@ -218,7 +221,7 @@ def _transform(source, opts, key, pre_error, has_exif, contents, seed):
 
 
 def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel,
-                  out_batch=None, expected=None):
+                  out_batch=None, expected=None, lost_detail=None):
     """Plan elements -> ``(image, label, weight)`` with the bad-file policy.
 
     How a decoder exception is attributed to its file without per-element
@@ -286,15 +289,26 @@ def _decode_stage(plan, source: _Source, opts, error_log, encode_label, sentinel
             # fewer than expected means a read error upstream was swallowed.
             short = tf.reduce_any(sentinel_ & (pos != expected))
             lost_upstream = tf.reduce_max(tf.where(sentinel_, expected - pos, 0))
-            message = tf.strings.format(
-                "pipeline: {} element(s) of {} were lost while reading the source before "
-                "decoding (e.g. a corrupt TFRecord shard)", (lost_upstream, expected))
+            def message():  # only built when elements were lost
+                m = tf.strings.format(
+                    "pipeline: {} element(s) of {} were lost while reading the source before "
+                    "decoding", (lost_upstream, expected))
+                if lost_detail is None:
+                    return tf.strings.join([m, " (e.g. a corrupt TFRecord shard)"])
+                # Records read in parallel with a damaged shard can be lost with it:
+                # the count can exceed what the damaged shards alone held.
+                return tf.strings.join([m, "; damaged: ", lost_detail()])
+
             if raise_mode:
-                ok = tf.debugging.Assert(tf.logical_not(short), [message])
+                def fail_lost():
+                    with tf.control_dependencies([tf.debugging.Assert(False, [message()])]):
+                        return tf.constant(True)
+
+                ok = tf.cond(short, fail_lost, lambda: tf.constant(True))
             else:
                 ok = tf.cond(short, lambda: tf.py_function(
                     lambda m: error_log.add("<source>", m.numpy().decode()) or True,
-                    [message], tf.bool, name=SKIP_RECORDER_NAME), lambda: tf.constant(True))
+                    [message()], tf.bool, name=SKIP_RECORDER_NAME), lambda: tf.constant(True))
             with tf.control_dependencies([ok]):
                 keep = tf.identity(keep)
 
@@ -573,7 +587,8 @@ def build(idx: index_lib.Index, opts: config_lib.ImageOptions, *,
     if opts.service and opts.processing_mode != "off":
         expected = None  # the service splits the plan between its workers
     ds = _decode_stage(plan, source, opts, error_log, encode, sentinel,
-                       out_batch=batch_size if batch_here else None, expected=expected)
+                       out_batch=batch_size if batch_here else None, expected=expected,
+                       lost_detail=records.lost_detail if records is not None else None)
     if has_labels and has_weights:
         pass
     elif has_labels:

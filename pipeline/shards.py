@@ -270,7 +270,28 @@ def read_sidecar(files: Sequence[str]) -> dict:
         if os.path.basename(fl) not in counts:
             raise ValueError(f"{fl!r} is not listed in {path!r}")
     meta["num_examples"] = sum(counts[os.path.basename(fl)] for fl in files)
+    meta["file_counts"] = [counts[os.path.basename(fl)] for fl in files]
     return meta
+
+
+def short_shards(files: Sequence[str], counts: Sequence[int]):
+    """In graph, for the rare path where records were lost: which shards hold
+    fewer readable records than the sidecar says.
+
+    Each shard is read again up to its first unreadable record (the reader
+    cannot go past corrupt data). Returns a str scalar like
+    "shard-00001-of-00002.tfrecord (7 of 15 records readable)", "; "-joined.
+    """
+    parts = []
+    for fl, want in zip(files, counts):
+        got = tf.data.TFRecordDataset(fl).ignore_errors().reduce(
+            tf.constant(0, tf.int64), lambda c, _: c + 1)
+        parts.append(tf.where(got < want, tf.strings.join(
+            [fl, " (", tf.strings.as_string(got), f" of {int(want)} records readable)"]), ""))
+    joined = tf.strings.reduce_join(tf.stack(parts), separator="\x00")
+    names = tf.strings.split(joined, "\x00")
+    return tf.strings.reduce_join(tf.boolean_mask(names, tf.strings.length(names) > 0),
+                                  separator="; ")
 
 
 def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
@@ -368,7 +389,8 @@ def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
     records = build_lib.Records(ds, meta["num_examples"], meta["formats"] and {
         (None if k == "unknown" else k): v for k, v in meta["formats"].items()},
         bool(meta["has_exif"]), expected=None if (
-            ctx is not None and ctx.num_input_pipelines > 1) else meta["num_examples"])
+            ctx is not None and ctx.num_input_pipelines > 1) else meta["num_examples"],
+        lost_detail=lambda: short_shards(files, meta["file_counts"]))
     idx = index_lib.Index([], [] if kind else None, meta["class_names"], [],
                           [] if has_weights else None)
     return build_lib.build(idx, opts, num_classes=meta["num_classes"], records=records)

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import os
+import re
 
 import numpy as np
 import pytest
@@ -159,5 +160,15 @@ def test_corrupt_shard_is_loud(folder, tmp_path):
     b = bytearray(open(shard, "rb").read())
     b[len(b) // 2:len(b) // 2 + 16] = b"\x00" * 16
     open(shard, "wb").write(bytes(b))
-    with pytest.raises(tf.errors.OpError, match="lost while reading"):
+    name = os.path.basename(shard)
+    # the damaged shard is named, with how many of its records can still be read
+    with pytest.raises(tf.errors.OpError,
+                       match=r"lost while reading the source before decoding; damaged: .*"
+                             + re.escape(name) + r" \(\d+ of \d+ records readable\)"):
         list(pipeline.from_tfrecords(out, image_size=(4, 4), shuffle=False))
+    ds = pipeline.from_tfrecords(out, image_size=(4, 4), shuffle=False, on_error="skip")
+    n = sum(int(x.shape[0]) for x, _ in ds)
+    recs = pipeline.errors(ds)
+    assert 0 < n < 30 and len(recs) == 1 and name in recs[0].reason
+    other = sorted(f for f in os.listdir(out) if f.endswith(".tfrecord"))[1]
+    assert other not in recs[0].reason
