@@ -120,7 +120,32 @@ def sniff_file(path: str) -> FileInfo:
         info.has_exif = b"Exif\x00\x00" in head
         if info.has_exif:
             info.orientation = read_orientation(path)
+    elif info.format == "tiff":
+        info.error = tiff_truncation(path, info.size)
     return info
+
+
+def tiff_truncation(path: str, size: int) -> str:
+    """"" or why a TIFF is cut short: its image data (strip or tile offsets +
+    byte counts, read with Pillow from the first IFD) runs past the file's end.
+
+    libtiff (through tensorflow-io) decodes such a file without an error,
+    filling the missing part, so it is refused here, at index time.
+    """
+    import warnings  # pylint: disable=import-outside-toplevel
+    try:
+        from PIL import Image  # pylint: disable=import-outside-toplevel
+        with warnings.catch_warnings(), Image.open(path) as im:
+            warnings.simplefilter("ignore")  # Pillow warns on tags cut short
+            tags = im.tag_v2
+            offsets = tags.get(273) or tags.get(324) or ()
+            counts = tags.get(279) or tags.get(325) or ()
+    except Exception:  # noqa: BLE001 - left to the decoder, which reports it
+        return ""
+    end = max((int(o) + int(c) for o, c in zip(offsets, counts)), default=0)
+    if end > size:
+        return (f"truncated TIFF (image data runs to byte {end}, the file has {size})")
+    return ""
 
 
 def read_orientation(path: str) -> Optional[int]:

@@ -259,3 +259,25 @@ def test_scan_manifests_max_pixels_and_cli_usage(mixed, tmp_path):
     proc = run("convert", str(tmp_path / "nope"), str(tmp_path / "out"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "pipeline convert: error:" in proc.stderr and "nope" in proc.stderr
+
+
+def test_truncated_tiff_is_bad(tmp_path):
+    """Found by a fresh-eyes user: libtiff decoded a TIFF cut in half without an
+    error (filling the rest). Its strips are checked against the file size."""
+    rng = np.random.RandomState(0)
+    ok, cut, lzw_cut = (str(tmp_path / n) for n in ("ok.tiff", "cut.tiff", "lzw_cut.tiff"))
+    Image.fromarray(rng.randint(0, 255, (100, 120, 3), np.uint8)).save(ok)
+    data = open(ok, "rb").read()
+    open(cut, "wb").write(data[:len(data) // 2])
+    Image.fromarray(rng.randint(0, 255, (100, 120, 3), np.uint8)).save(
+        str(tmp_path / "lzw.tiff"), compression="tiff_lzw")
+    data = open(tmp_path / "lzw.tiff", "rb").read()
+    open(lzw_cut, "wb").write(data[:len(data) // 2])
+    with pytest.raises(tf.errors.OpError, match=r"cut.tiff \(truncated TIFF \(image data runs "
+                                                r"to byte \d+, the file has \d+\)"):
+        list(pipeline.from_paths([ok, cut], image_size=(8, 8), shuffle=False))
+    ds = pipeline.from_paths([ok, cut, lzw_cut], image_size=(8, 8), shuffle=False,
+                             on_error="skip", batch_size=None)
+    assert len(list(ds)) == 1
+    assert sorted(os.path.basename(r.path) for r in pipeline.errors(ds)) == [
+        "cut.tiff", "lzw_cut.tiff"]
