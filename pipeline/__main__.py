@@ -90,6 +90,8 @@ def cmd_bench(argv):
         raise app.UsageError(f"--epochs must be > 0. Received: {FLAGS.epochs}")
     if FLAGS.repeats <= 0:
         raise app.UsageError(f"--repeats must be > 0. Received: {FLAGS.repeats}")
+    if FLAGS.on_error not in ("raise", "skip"):
+        raise app.UsageError(f"--on_error must be 'raise' or 'skip'. Received: {FLAGS.on_error!r}")
     data_dir = FLAGS.data_dir
     if data_dir is None:
         data_dir = sample.ensure_sample(FLAGS.sample_images)

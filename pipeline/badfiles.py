@@ -41,6 +41,8 @@ class ErrorLog:
         self._records: "collections.OrderedDict[str, str]" = collections.OrderedDict()
         self.num_files = num_files
         self.max_errors = max_errors
+        self._exceeded = False
+        self._exceeded_message = ""
 
     @property
     def allowed(self) -> Optional[int]:
@@ -52,16 +54,23 @@ class ErrorLog:
 
     def add(self, path: str, reason: str) -> None:
         with self._lock:
+            # Once the budget is exceeded the run is over: elements cancelled
+            # while the iterator is torn down must not be recorded as bad files.
+            if self._exceeded:  # raise again, record nothing more
+                raise ErrorBudgetExceeded(self._exceeded_message)
             if path in self._records:
                 return
             self._records[path] = reason
             count = len(self._records)
+            allowed = self.allowed
+            exceeded = allowed is not None and count > allowed
         logging.warning("pipeline: skipped %s: %s", path, reason)
-        allowed = self.allowed
-        if allowed is not None and count > allowed:
-            raise ErrorBudgetExceeded(
-                f"pipeline: {count} bad files, more than max_errors={self.max_errors!r} "
-                f"allows ({allowed} of {self.num_files}). {self.summary()}")
+        if exceeded:
+            message = (f"pipeline: {count} bad files, more than max_errors={self.max_errors!r} "
+                       f"allows ({allowed} of {self.num_files}). {self.summary()}")
+            with self._lock:
+                self._exceeded, self._exceeded_message = True, message
+            raise ErrorBudgetExceeded(message)
 
     def records(self) -> List[ErrorRecord]:
         with self._lock:

@@ -393,6 +393,10 @@ def available_memory_bytes() -> int:
     return 0
 
 
+def _size(num_bytes: int) -> str:
+    return f"{num_bytes / 2**20:,.0f} MiB" if num_bytes >= 2**20 else f"{num_bytes:,} bytes"
+
+
 def check_cache_budget(opts, n: int) -> Optional[int]:
     """Estimates the cache size (bytes) up front; refuses one over budget.
 
@@ -407,6 +411,11 @@ def check_cache_budget(opts, n: int) -> Optional[int]:
     """
     if opts.cache is None:
         return None
+    if opts.cache != "memory":
+        folder = os.path.dirname(os.path.abspath(str(opts.cache))) or "."
+        if not index_lib.is_remote(str(opts.cache)) and not os.path.isdir(folder):
+            raise ValueError(f"The folder of the cache file does not exist: {folder!r}. "
+                             f"Create it first. Received: cache={opts.cache!r}")
     if opts.image_size is None:
         logging.warning("pipeline: cache=%r with image_size=None: the cache size cannot be "
                         "estimated up front (native sizes)", opts.cache)
@@ -423,9 +432,9 @@ def check_cache_budget(opts, n: int) -> Optional[int]:
         budget, what = shutil.disk_usage(folder).free, f"the free space in {folder}"
     if budget and estimate > budget:
         raise ValueError(
-            f"cache={opts.cache!r} would hold about {estimate / 2**20:,.0f} MiB "
+            f"cache={opts.cache!r} would hold about {_size(estimate)} "
             f"({n} images x {h}x{w}x{opts.channels} bytes), more than {what} "
-            f"({budget / 2**20:,.0f} MiB). Use a smaller image_size, a cache file on a larger "
+            f"({_size(budget)}). Use a smaller image_size, a cache file on a larger "
             f"disk, cache=None, or set cache_budget_bytes. Received: cache={opts.cache!r}")
     logging.info("pipeline: cache=%r will hold about %.0f MiB; it is complete only after one "
                  "full epoch (TensorFlow warns if an epoch is cut short)", opts.cache,
@@ -457,7 +466,15 @@ def cache_file(opts, idx, records=None) -> str:
         for i, info in enumerate(idx.infos):
             h.update(repr((info.path, info.size, idx.labels[i] if idx.labels else None,
                            idx.weights[i] if idx.weights else None)).encode())
-    return f"{opts.cache}-{h.hexdigest()[:16]}"
+    prefix = f"{opts.cache}-{h.hexdigest()[:16]}"
+    # An epoch that failed on a bad file (raise mode) leaves an index with no
+    # data: TensorFlow would read it back as an empty, complete cache.
+    if (not index_lib.is_remote(prefix) and os.path.exists(prefix + ".index")
+            and not tf.io.gfile.glob(prefix + ".data-*")):
+        logging.warning("pipeline: removing the incomplete cache %s.index (an earlier epoch "
+                        "did not finish)", prefix)
+        os.remove(prefix + ".index")
+    return prefix
 
 
 def diagnose_file(path: str) -> str:

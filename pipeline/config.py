@@ -11,6 +11,7 @@ import numbers
 import os
 from typing import Any, Optional, Sequence, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 LABEL_MODES = ("int", "categorical", "binary", "multi_hot", "float", None)
@@ -148,8 +149,9 @@ def make_options(**kw) -> ImageOptions:
     for name, default in (("shuffle", True), ("exif_orientation", True), ("fast_jpeg", True),
                           ("autotune", False), ("drop_remainder", False)):
         v = o.get(name, default)
-        if not isinstance(v, bool):
+        if not isinstance(v, (bool, np.bool_)):
             raise ValueError(f"`{name}` must be True or False. {received(name, v)}")
+        o[name] = bool(v)
     ctx = o.get("input_context")
     if ctx is not None and not (hasattr(ctx, "num_input_pipelines")
                                 and hasattr(ctx, "input_pipeline_id")):
@@ -183,10 +185,12 @@ def make_options(**kw) -> ImageOptions:
     subset = o.get("subset")
     _check_choice("subset", subset, SUBSETS)
     if split is not None:
-        if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 < split < 1:
+        if isinstance(split, (bool, np.bool_)) or not isinstance(split, numbers.Real) or not (
+                0 < split < 1):
             raise ValueError(
                 "`validation_split` must be a float strictly between 0 and 1. "
                 f"{received('validation_split', split)}")
+        o["validation_split"] = float(split)
         if subset is None:
             raise ValueError(
                 "`validation_split` needs `subset` ('training', 'validation' or "
@@ -238,11 +242,12 @@ def make_options(**kw) -> ImageOptions:
                          f"'/gpu:0'. {received('prefetch_to_device', ptd)}")
     me = o.get("max_errors")
     if me is not None:
-        if isinstance(me, bool) or not isinstance(me, (int, float)) or me < 0 or (
-                isinstance(me, float) and me >= 1):
+        if isinstance(me, (bool, np.bool_)) or not isinstance(me, numbers.Real) or not (
+                me >= 0) or (not isinstance(me, numbers.Integral) and not me < 1):
             raise ValueError(
                 "`max_errors` must be an int >= 0 (a count) or a float in [0, 1) "
                 f"(a fraction of the files). {received('max_errors', me)}")
+        o["max_errors"] = int(me) if isinstance(me, numbers.Integral) else float(me)
         if o.get("on_error", "raise") != "skip":
             raise ValueError(
                 "`max_errors` is an error budget for on_error='skip'. "

@@ -291,6 +291,11 @@ class Decoder:
             return self._orient(img, contents, code)
 
         def png():
+            if c == 4:
+                # decode_png(channels=4) gives 1-, 2- and 4-bit gray and palette
+                # PNGs an alpha of 1, 3 or 15 (their bit depth's maximum), not
+                # 255: decode as stored and add an opaque alpha ourselves.
+                return to_channels(tf.io.decode_png(contents, channels=0), 4)
             return tf.io.decode_png(contents, channels=c)
 
         def gif():

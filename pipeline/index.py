@@ -135,11 +135,12 @@ def tiff_truncation(path: str, size: int) -> str:
     import warnings  # pylint: disable=import-outside-toplevel
     try:
         from PIL import Image  # pylint: disable=import-outside-toplevel
-        with warnings.catch_warnings(), Image.open(path) as im:
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Pillow warns on tags cut short
-            tags = im.tag_v2
-            offsets = tags.get(273) or tags.get(324) or ()
-            counts = tags.get(279) or tags.get(325) or ()
+            with Image.open(path) as im:
+                tags = im.tag_v2
+                offsets = tags.get(273) or tags.get(324) or ()
+                counts = tags.get(279) or tags.get(325) or ()
     except Exception:  # noqa: BLE001 - left to the decoder, which reports it
         return ""
     end = max((int(o) + int(c) for o, c in zip(offsets, counts)), default=0)
@@ -299,7 +300,7 @@ def index_directory(directory: str, labels="inferred", class_names=None,
     class_names = config.check_class_names(class_names)
     paths: List[str] = []
     label_list: Optional[list] = None
-    if labels == "inferred":
+    if isinstance(labels, str) and labels == "inferred":
         subdirs = sorted(
             e.name for e in os.scandir(directory)
             if not _is_hidden(e.name) and e.is_dir(follow_symlinks=True))
@@ -334,6 +335,7 @@ def index_directory(directory: str, labels="inferred", class_names=None,
                 raise ValueError(
                     f"`labels` has {len(label_list)} entries but {directory!r} has "
                     f"{len(paths)} image files (sorted order). Received: labels=<{len(label_list)} items>")
+            label_list = _check_int_labels(label_list, class_names)
     if not paths:
         raise ValueError(f"No image files found in `directory`. Received: directory={directory!r}")
     infos = sniff_files(paths) if sniff else [FileInfo(p) for p in paths]

@@ -96,7 +96,7 @@ def index_directory(directory: str, labels="inferred", class_names=None) -> inde
     class_names = config.check_class_names(class_names)
     paths: List[str] = []
     label_list = None
-    if labels == "inferred":
+    if isinstance(labels, str) and labels == "inferred":
         subdirs = [n.rstrip("/") for n in _list(directory)
                    if not n.startswith(".") and (n.endswith("/") or tf.io.gfile.isdir(
                        posixpath.join(directory, n)))]

@@ -323,8 +323,18 @@ def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
         FileNotFoundError: no ``dataset.json`` beside the shards.
     """
     shuffle_buffer_size = config_lib._check_int("shuffle_buffer_size", shuffle_buffer_size)
+    whole_folder = isinstance(files, (str, os.PathLike)) and tf.io.gfile.isdir(os.fspath(files))
     files = _list_files(files)
     meta = read_sidecar(files)
+    if whole_folder:
+        listed = [sh["file"] for sh in meta["shards"]]
+        missing = sorted(set(listed) - {os.path.basename(f) for f in files})
+        if missing:
+            raise ValueError(
+                f"{len(missing)} of the {len(listed)} shards that dataset.json lists are "
+                f"missing from the folder: {missing[:5]}; their records would be lost. "
+                "Pass the shards to read as a list to read a subset on purpose. "
+                f"Received: files={os.fspath(files[0] and os.path.dirname(files[0]))!r}")
     kind = meta["label_kind"]
     if "label_mode" not in options:
         options["label_mode"] = {"int": "int", "float": "float", "vector": "multi_hot",

@@ -138,6 +138,16 @@ def test_error_budget(mixed):
     with pytest.raises(tf.errors.UnknownError,
                        match=r"ErrorBudgetExceeded: pipeline: 4 bad files, more than max_errors=3"):
         list(ds)  # as documented: the in-graph exception arrives wrapped
+    # Found by a fresh-eyes user: elements cancelled while the failed iterator was torn
+    # down were recorded as bad files. Only bad files are recorded, and a new epoch
+    # raises again.
+    import time
+    time.sleep(1)
+    recorded = [r.path for r in pipeline.errors(ds)]
+    assert len(recorded) == 4 and set(recorded) <= set(bad)
+    with pytest.raises(tf.errors.UnknownError, match="ErrorBudgetExceeded"):
+        list(ds)
+    assert len(pipeline.errors(ds)) == 4
     ds = pipeline.from_directory(root, image_size=(8, 8), on_error="skip", max_errors=0.5)
     assert sum(int(x.shape[0]) for x, _ in ds) == 20   # 15 of 35 bad < 50%
 
@@ -281,3 +291,21 @@ def test_truncated_tiff_is_bad(tmp_path):
     assert len(list(ds)) == 1
     assert sorted(os.path.basename(r.path) for r in pipeline.errors(ds)) == [
         "cut.tiff", "lzw_cut.tiff"]
+
+
+def test_low_bit_depth_png_alpha_is_opaque(tmp_path):
+    """Found by a fresh-eyes user: 1-, 2- and 4-bit PNGs got alpha 1, 3 or 15 with
+    channels=4 (TensorFlow's decode_png), not 255."""
+    rng = np.random.RandomState(0)
+    g = (rng.rand(8, 8) * 255).astype(np.uint8)
+    paths = [str(tmp_path / n) for n in ("b1.png", "p2.png", "g8.png")]
+    Image.fromarray(g).convert("1").save(paths[0])
+    Image.fromarray(np.stack([g, g // 2, 255 - g], -1)).convert(
+        "P", palette=Image.ADAPTIVE, colors=4).save(paths[1], bits=2)
+    Image.fromarray(g).save(paths[2])
+    ds = pipeline.from_paths(paths, image_size=None, batch_size=None, channels=4, shuffle=False)
+    for p, got in zip(paths, ds.as_numpy_iterator()):
+        ref = np.asarray(Image.open(p).convert("RGBA"))
+        assert got.shape == (8, 8, 4) and (got[..., 3] == 255).all(), p
+        assert np.array_equal(got, ref), p
+

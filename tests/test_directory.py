@@ -249,3 +249,25 @@ def test_from_paths_labels_checked(class_tree):
                              class_names=["a", "b", "c"])
     assert list(next(iter(ds))[1].numpy()) == [2, 0, 1]
     assert ds._pipeline_options.seed == 1 and type(ds._pipeline_options.seed) is int
+
+
+def test_numpy_values_and_from_directory_labels(class_tree, tmp_path):
+    """Found by a fresh-eyes user: numpy floats and bools were refused, explicit labels
+    were not checked, and a cache in a missing folder gave a raw FileNotFoundError."""
+    root, _ = class_tree
+    ds = pipeline.from_directory(root, image_size=(4, 4), validation_split=np.float32(0.25),
+                                 subset="training", seed=1, shuffle=np.bool_(True),
+                                 on_error="skip", max_errors=np.int64(2))
+    opts = ds._pipeline_options
+    assert (opts.validation_split, opts.shuffle, opts.max_errors) == (0.25, True, 2)
+    flat = str(tmp_path / "flat")
+    for k in range(3):
+        solid(os.path.join(flat, f"{k}.png"), k)
+    with pytest.raises(ValueError, match=re.escape("labels[1]=-1")):
+        pipeline.from_directory(flat, labels=[0, -1, 1])
+    with pytest.raises(ValueError, match=re.escape("labels[0]='a'")):
+        pipeline.from_directory(flat, labels=["a", "b", "c"])
+    got = pipeline.from_directory(flat, labels=np.arange(3), image_size=(4, 4), shuffle=False)
+    assert list(next(iter(got))[1].numpy()) == [0, 1, 2]
+    with pytest.raises(ValueError, match="folder of the cache file does not exist"):
+        pipeline.from_directory(root, image_size=(4, 4), cache=str(tmp_path / "no" / "c"))

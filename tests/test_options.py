@@ -51,6 +51,8 @@ def tree(tmp_path):
     (dict(cache=""), "cache=''"),
     (dict(processing_mode="dynamic"), "processing_mode='dynamic', service=None"),
     (dict(seed=np.int64(-3)), "seed=-3"),
+    (dict(max_errors=float("nan"), on_error="skip"), "max_errors=nan"),
+    (dict(validation_split=np.float32(1.5), subset="training"), "validation_split=1.5"),
     (dict(seed=-1), "seed=-1"),
     (dict(image_size=(10 ** 6, 10 ** 6)), "image_size=(1000000, 1000000)"),
     (dict(label_mode="multi_hot"), "label_mode='multi_hot'"),

@@ -172,3 +172,15 @@ def test_corrupt_shard_is_loud(folder, tmp_path):
     assert 0 < n < 30 and len(recs) == 1 and name in recs[0].reason
     other = sorted(f for f in os.listdir(out) if f.endswith(".tfrecord"))[1]
     assert other not in recs[0].reason
+
+
+def test_missing_shard_is_refused(folder, tmp_path):
+    """Found by a fresh-eyes user: a deleted shard silently halved the dataset."""
+    out = str(tmp_path / "ms")
+    pipeline.write_tfrecords(folder, out, num_shards=2, progress=False)
+    gone = sorted(f for f in os.listdir(out) if f.endswith(".tfrecord"))[1]
+    os.remove(os.path.join(out, gone))
+    with pytest.raises(ValueError, match=re.escape(f"missing from the folder: ['{gone}']")):
+        pipeline.from_tfrecords(out, image_size=(4, 4))
+    kept = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".tfrecord")]
+    assert sum(1 for _ in pipeline.from_tfrecords(kept, image_size=(4, 4)).unbatch()) < 9
