@@ -319,7 +319,8 @@ def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
         ``file_paths`` is None (paths are stored in the records).
 
     Raises:
-        ValueError: a bad argument, no files, or a file not in the sidecar.
+        ValueError: a bad argument, no files, a file not in the sidecar, or
+            (given a folder) a shard the sidecar lists missing from it.
         FileNotFoundError: no ``dataset.json`` beside the shards.
     """
     shuffle_buffer_size = config_lib._check_int("shuffle_buffer_size", shuffle_buffer_size)
