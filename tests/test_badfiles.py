@@ -46,20 +46,22 @@ def _jpeg_claiming(w, h):
     return bytes(b)
 
 
-def _gif_claiming(w, h):
+def _pil_claiming(fmt, offset, layout, w, h):
+    """A real 4x4 ``fmt`` file whose header width/height (``layout`` at ``offset``)
+    are patched to w x h."""
     buf = io.BytesIO()
-    Image.new("RGB", (4, 4), (1, 2, 3)).save(buf, "GIF")
+    Image.new("RGB", (4, 4), (1, 2, 3)).save(buf, fmt)
     b = bytearray(buf.getvalue())
-    b[6:10] = struct.pack("<HH", w, h)
+    b[offset:offset + struct.calcsize(layout)] = struct.pack(layout, w, h)
     return bytes(b)
+
+
+def _gif_claiming(w, h):
+    return _pil_claiming("GIF", 6, "<HH", w, h)
 
 
 def _bmp_claiming(w, h):
-    buf = io.BytesIO()
-    Image.new("RGB", (4, 4), (1, 2, 3)).save(buf, "BMP")
-    b = bytearray(buf.getvalue())
-    b[18:26] = struct.pack("<ii", w, h)
-    return bytes(b)
+    return _pil_claiming("BMP", 18, "<ii", w, h)
 
 
 def _corrupt_middle(data):
