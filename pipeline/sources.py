@@ -93,6 +93,15 @@ def _finish(idx, opts):
             build_lib.build(val, opts, num_classes=num_classes, subset_name="validation"))
 
 
+def _one_class_per_file(opts, factory: str) -> None:
+    """Refuses the label modes only manifests can fill (multi-label, float)."""
+    if opts.label_mode in ("multi_hot", "float"):
+        raise ValueError(
+            f"{factory} gives one class per file: use label_mode 'int', 'categorical', "
+            "'binary' or None (multi-label and float targets come from from_manifest). "
+            f"Received: label_mode={opts.label_mode!r}")
+
+
 def from_directory(directory, labels="inferred", class_names=None, follow_links=False,
                    **options):
     """Images in class folders -> a streaming, batched ``tf.data.Dataset``.
@@ -120,11 +129,7 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
         raise ValueError(
             "`labels` must be 'inferred', None or a sequence of labels. "
             f"Received: labels={labels!r}")
-    if opts.label_mode in ("multi_hot", "float"):
-        raise ValueError(
-            "from_directory gives one class per file: use label_mode 'int', 'categorical', "
-            "'binary' or None (multi-label and float targets come from from_manifest). "
-            f"Received: label_mode={opts.label_mode!r}")
+    _one_class_per_file(opts, "from_directory")
     if not isinstance(follow_links, bool):
         raise ValueError(f"`follow_links` must be True or False. Received: follow_links={follow_links!r}")
     idx = index_lib.index_directory(directory, labels, class_names, follow_links)
@@ -143,11 +148,7 @@ def from_paths(paths, labels=None, class_names=None, **options):
         class_names: sequence of str or None.
     """
     opts = config_lib.make_options(**options)
-    if opts.label_mode in ("multi_hot", "float"):
-        raise ValueError(
-            "from_paths gives one class per path: use label_mode 'int', 'categorical', "
-            "'binary' or None (multi-label and float targets come from from_manifest). "
-            f"Received: label_mode={opts.label_mode!r}")
+    _one_class_per_file(opts, "from_paths")
     idx = index_lib.index_paths(paths, labels, class_names)
     if labels is None:
         opts = config_lib.make_options(**{**options, "label_mode": None})
