@@ -1,22 +1,24 @@
 """pipeline: fast, flat-memory, honest TensorFlow input pipelines from file paths.
 
-Public API (see ``API.md`` in the project's shared folder and README.md):
-dataset factories ``from_directory``, ``from_paths``, ``from_manifest``,
-``from_npy_shards``, ``from_generator``, ``from_tfrecords``; ``write_tfrecords``;
-``errors``, ``scan``, ``Augment``, ``profile``, ``show_batch``.
+Public API (reference: ``docs/api.md``; guide: README.md): dataset
+factories ``from_directory``, ``from_paths``, ``from_manifest``,
+``from_npy_shards``, ``from_generator``, ``from_tfrecords``;
+``write_tfrecords``; ``errors``, ``scan``, ``Augment``, ``profile``,
+``show_batch``; ``ImageOptions`` (the image options, documented once).
 """
 
 import os as _os
 
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from pipeline.badfiles import ErrorBudgetExceeded, ErrorRecord, errors  # noqa: E402
+from pipeline.guard import ErrorBudgetExceeded, ErrorRecord, errors  # noqa: E402
+from pipeline.config import ImageOptions  # noqa: E402
 from pipeline.report import ScanReport, scan  # noqa: E402
-from pipeline.sources import from_directory, from_paths  # noqa: E402
-from pipeline.manifest import from_manifest  # noqa: E402
+from pipeline.sources import (from_directory, from_manifest, from_paths,  # noqa: E402
+                              from_tfrecords)
 from pipeline.npy import from_npy_shards  # noqa: E402
 from pipeline.generator import from_generator  # noqa: E402
-from pipeline.shards import from_tfrecords, write_tfrecords  # noqa: E402
+from pipeline.shards import write_tfrecords  # noqa: E402
 from pipeline.augment import Augment  # noqa: E402
 from pipeline.profiling import ProfileReport, profile  # noqa: E402
 from pipeline import compat  # noqa: E402
@@ -29,7 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = ["from_directory", "from_paths", "from_manifest", "from_npy_shards",
            "from_generator", "from_tfrecords", "write_tfrecords", "errors", "ErrorRecord",
-           "ErrorBudgetExceeded", "scan", "ScanReport", "Augment", "profile", "ProfileReport",
+           "ErrorBudgetExceeded", "ImageOptions", "scan", "ScanReport", "Augment", "profile", "ProfileReport",
            "compat", "distribute_dataset", "run_dispatcher", "run_worker",
            "IteratorCheckpoint", "NotCheckpointableError", "check_checkpointable",
            "show_batch",

@@ -109,7 +109,7 @@ def cmd_bench(argv):
             print(f"wrote {FLAGS.json_out}")
         return 0
     from pipeline import index
-    idx = index.index_directory(data_dir, sniff=False)
+    idx = index.index_directory(data_dir)
     names = ["pipeline"] + [c for c in FLAGS.compare if c and c != "pipeline"]
     unknown = [c for c in names if c not in bench.CANDIDATES]
     if unknown:

@@ -44,7 +44,7 @@ from typing import Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from pipeline import config as config_lib
+from pipeline import checks
 from pipeline import transform
 
 FILL_MODES = ("reflect", "wrap", "constant", "nearest")
@@ -128,7 +128,7 @@ def crop_window(image_shape, seed, scale: Tuple[float, float] = (0.08, 1.0),
 
 
 def _err(msg, name, value):
-    return ValueError(f"{msg} {config_lib.received(name, value)}")
+    return ValueError(f"{msg} {checks.received(name, value)}")
 
 
 def _is_num(v):
@@ -410,7 +410,7 @@ class Augment:
                 size = (shape[0], shape[1])
             else:
                 try:
-                    size = config_lib.validate_image_size(output_size, None)
+                    size = checks.check_image_size(output_size, None)
                 except ValueError:
                     raise _err("`output_size` must be (height, width) of positive integers "
                                "or None.", "output_size", output_size) from None
@@ -552,7 +552,7 @@ class Augment:
             v = kwargs.get(name)
             if v not in (None, False):
                 raise ValueError(f"`{name}` is not supported: it {reason}. "
-                                 f"{config_lib.received(name, v)}")
+                                 f"{checks.received(name, v)}")
         df = kwargs.get("data_format")
         if df not in (None, "channels_last"):
             raise _err("`data_format` must be 'channels_last' (tf.data images are "

@@ -29,7 +29,7 @@ from pipeline import sources
 
 
 def _copy_attrs(src, dst):
-    for name in ("class_names", "file_paths", "_pipeline_errors", "_pipeline_index"):
+    for name in ("class_names", "file_paths", "pipeline_built"):
         if hasattr(src, name):
             setattr(dst, name, getattr(src, name))
     return dst

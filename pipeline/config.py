@@ -1,20 +1,27 @@
-"""Options shared by the image factories, validated once, up front.
+"""Config: the options of the image factories, every default in one place, validated once.
 
-Every bad argument raises ``ValueError`` naming the argument and the value
-received, in Keras' form: ``"... Received: image_size=(0, 224)"``.
+``make_options(factory, **kw)`` is called once per factory call, before any
+file is listed or any graph is built. It checks every value, the rules
+between options, and the rules of the factory, and returns a frozen
+``ImageOptions``. The other stages only read it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import numbers
 import os
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from pipeline import checks
+from pipeline.augment import Augment
+
 LABEL_MODES = ("int", "categorical", "binary", "multi_hot", "float", None)
+ONE_CLASS_LABEL_MODES = ("int", "categorical", "binary", None)
 RESIZE_MODES = ("stretch", "crop", "pad")
 INTERPOLATIONS = (
     "bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5",
@@ -22,28 +29,105 @@ INTERPOLATIONS = (
 )
 SUBSETS = ("training", "validation", "both", None)
 ON_ERROR = ("raise", "skip")
+PROCESSING_MODES = ("off", "dynamic", "file")
 DTYPES = {
     "uint8": tf.uint8, "float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16,
 }
 # Pillow's decompression-bomb limit (PIL.Image.MAX_IMAGE_PIXELS).
 DEFAULT_MAX_PIXELS = 178_956_970
-
-
-def received(name: str, value: Any) -> str:
-    return f"Received: {name}={value!r}"
-
-
-def cpu_count() -> int:
-    """Cores this process may run on (affinity-aware)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+# Factories whose files hold one class each (multi-label and float targets
+# come from manifests or stored shards).
+ONE_CLASS_FACTORIES = ("from_directory", "from_paths")
+NO_SPLIT_FACTORIES = ("from_tfrecords",)
 
 
 @dataclasses.dataclass(frozen=True)
 class ImageOptions:
-    """Validated options of an image dataset factory (see ``API.md``)."""
+    """Validated options of an image dataset factory (every default is here).
+
+    Attributes:
+        label_mode: "int" (int32 scalar), "categorical" (float32 one-hot
+            ``[num_classes]``), "binary" (float32 ``[1]``, exactly 2 classes),
+            "multi_hot" (float32 ``[num_classes]``, manifests and shards),
+            "float" (float32 regression target, manifests and shards) or None
+            (no labels).
+        channels: 1, 3 or 4; every image comes out with exactly this many
+            (gray is replicated, RGB to gray is ITU-R 601 luma, alpha is
+            dropped or set to 255).
+        image_size: (height, width) in pixels, default (256, 256); None keeps
+            the native size (then ``batch_size`` must be None).
+        resize: "stretch", "crop" (centre crop to the target aspect, as Keras'
+            ``crop_to_aspect_ratio``) or "pad" (letterbox with zeros; content
+            at least 1 px high and wide).
+        interpolation: a ``tf.image.resize`` method ("bilinear", "nearest",
+            "bicubic", "area", "lanczos3", "lanczos5", "gaussian",
+            "mitchellcubic").
+        batch_size: int (default 32), or None for unbatched elements. With
+            ``input_context``, the global batch size.
+        shuffle: bool (default True): the path list is reshuffled every epoch
+            before decoding (memory does not grow with the dataset); with a
+            cache, the first epoch's paths are shuffled and cached elements
+            are reshuffled in a buffer each epoch.
+        seed: int in [0, 2**63) or None; the same seed gives the same order,
+            split and augmentation.
+        validation_split: float in (0, 1) or None; needs ``subset``.
+        subset: "training", "validation" or "both" ("both" returns (train,
+            val), disjoint and complete, split as Keras does).
+        augment_validation: bool (default False): augment the validation
+            subset too. By default only training data is augmented, as
+            Keras' augmentation layers are inactive at evaluation.
+        dtype: tf.uint8 (default, 0-255), tf.float32, tf.bfloat16 or
+            tf.float16 (scaled to [0, 1], or as ``normalize`` says).
+        normalize: None ([0, 1]), "symmetric" ([-1, 1]) or (mean, std) per
+            channel in [0, 1] units: (x / 255 - mean) / std. Float dtypes only.
+        cache: None, "memory", or a file path prefix with a folder part
+            (e.g. "./cache/train"): decoded, resized elements are cached. The
+            files written are ``path-<fingerprint>.*``; the fingerprint covers
+            the files and the options, so a cache is only read back by the same
+            dataset.
+        cache_budget_bytes: int, the cache size allowed (default: half the
+            available memory, or the free disk space for a cache file).
+        on_error: "raise" (default): iterating reaches a bad file and raises
+            ``tf.errors.InvalidArgumentError`` whose message names the path and
+            the reason; "skip": the file is dropped, logged and listed by
+            ``pipeline.errors(ds)``.
+        max_errors: with "skip": an int count or a float fraction in [0, 1) of
+            the files; past it iteration raises (see ``pipeline.errors``).
+        include_paths: bool (default False): each element also carries its
+            file path (tf.string, ``[batch]``) as its last item, so that
+            outputs (e.g. ``model.predict``) can be matched to files, also
+            when bad files were skipped.
+        exif_orientation: bool (default True): apply the JPEG EXIF orientation
+            tag (read in graph from the file's bytes, whatever the source).
+        max_pixels: int, default 178,956,970 (Pillow's limit): files whose
+            header claims more pixels are bad, before any decode.
+        deterministic: None (ordered when ``seed`` is given or
+            ``shuffle=False``), True or False.
+        num_parallel_calls: int, decode parallelism; default 2x the cores
+            (``tf.data.AUTOTUNE`` lets tf.data tune it and turns autotune on).
+        prefetch: int >= 0, batches prefetched (default 2; each holds
+            batch_size*height*width*channels bytes), or ``tf.data.AUTOTUNE``.
+        autotune: bool (default False: measured here, tf.data autotuning left
+            a core idle in most epochs; see ``pipeline.assemble``).
+        ram_budget_bytes: int, tf.data's autotune RAM budget (with autotune).
+        threadpool_size: int, a private tf.data thread pool of this size.
+        prefetch_to_device: e.g. "/gpu:0": batches are copied to that device
+            ahead of time (last stage; not with a distribution strategy).
+        fast_jpeg: bool (default True): crop-before-decode and reduced-scale
+            (DCT) JPEG decoding where they apply; they give the pixels of the
+            slow path within a level or two.
+        augment: None or a ``pipeline.Augment`` (random ops, seeded, in graph).
+        input_context: a ``tf.distribute.InputContext``: this input pipeline's
+            share of the elements (exactly once across pipelines); the
+            batch is the per-replica batch.
+        service: None or the address of a tf.data service dispatcher
+            ("grpc://host:port"): the pipeline runs on its workers.
+        processing_mode: "off", "dynamic" or "file" (service sharding policy);
+            only with ``service``.
+        job_name: str or None: consumers with the same job name share one
+            service job.
+        drop_remainder: bool (default False): drop the last, short batch.
+    """
 
     label_mode: Optional[str] = "int"
     channels: int = 3
@@ -55,33 +139,35 @@ class ImageOptions:
     seed: Optional[int] = None
     validation_split: Optional[float] = None
     subset: Optional[str] = None
+    augment_validation: bool = False
     dtype: Any = tf.uint8
     normalize: Any = None
     cache: Optional[str] = None
+    cache_budget_bytes: Optional[int] = None
     on_error: str = "raise"
     max_errors: Optional[float] = None
+    include_paths: bool = False
     exif_orientation: bool = True
     max_pixels: int = DEFAULT_MAX_PIXELS
     deterministic: Optional[bool] = None
     num_parallel_calls: Optional[int] = None
     prefetch: int = 2
     autotune: bool = False
+    ram_budget_bytes: Optional[int] = None
+    threadpool_size: Optional[int] = None
+    prefetch_to_device: Optional[str] = None
+    fast_jpeg: bool = True
     augment: Any = None
     input_context: Any = None
     service: Optional[str] = None
     processing_mode: str = "off"
     job_name: Optional[str] = None
     drop_remainder: bool = False
-    fast_jpeg: bool = True
-    threadpool_size: Optional[int] = None
-    ram_budget_bytes: Optional[int] = None
-    prefetch_to_device: Optional[str] = None
-    cache_budget_bytes: Optional[int] = None
 
     @property
     def parallelism(self) -> int:
         """Parallel calls of the decode map: 2x the cores unless set."""
-        return self.num_parallel_calls or 2 * cpu_count()
+        return self.num_parallel_calls or 2 * checks.cpu_count()
 
     @property
     def is_deterministic(self) -> bool:
@@ -90,199 +176,210 @@ class ImageOptions:
             return bool(self.deterministic)
         return self.seed is not None or not self.shuffle
 
+    @property
+    def num_pipelines(self) -> int:
+        """Input pipelines sharing the data (1 without ``input_context``)."""
+        ctx = self.input_context
+        return ctx.num_input_pipelines if ctx is not None else 1
 
-def _check_int(name, value, minimum=1, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    @property
+    def pipeline_id(self) -> int:
+        ctx = self.input_context
+        return ctx.input_pipeline_id if ctx is not None else 0
+
+    @property
+    def replica_batch_size(self) -> Optional[int]:
+        """The batch each replica gets: ``batch_size`` split by ``input_context``."""
+        if self.batch_size is None or self.input_context is None:
+            return self.batch_size
+        return self.input_context.get_per_replica_batch_size(self.batch_size)
+
+    def for_subset(self, subset: Optional[str]) -> "ImageOptions":
+        """The options one subset is built with: the validation subset is not
+        augmented unless ``augment_validation`` asks for it."""
+        if subset == "validation" and not self.augment_validation:
+            return dataclasses.replace(self, augment=None)
+        return self
+
+
+cpu_count = checks.cpu_count  # the cores this process may use (see pipeline.checks)
+FIELDS = tuple(f.name for f in dataclasses.fields(ImageOptions))
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(ImageOptions)}
+
+
+def _check_cache(cache):
+    if cache is None or cache == "memory":
+        return cache
+    if not isinstance(cache, (str, os.PathLike)) or not os.fspath(cache):
+        raise ValueError(f"`cache` must be None, 'memory' or a path. "
+                         f"{checks.received('cache', cache)}")
+    cache = os.fspath(cache)
+    if "://" not in cache and not os.path.dirname(cache):
+        close = difflib.get_close_matches(cache.lower(), ["memory"], n=1, cutoff=0.5)
+        hint = (" It looks like a misspelt 'memory'." if close else "")
         raise ValueError(
-            f"`{name}` must be an integer >= {minimum}"
-            + (" or None" if allow_none else "") + f". {received(name, value)}")
-    return int(value)
+            "`cache` must be None, 'memory', or a file path with a folder part (such as "
+            f"'./cache/{cache}'), so that a typo does not silently write cache files into "
+            f"the working folder.{hint} {checks.received('cache', cache)}")
+    return cache
 
 
-def _check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(
-            f"`{name}` must be one of {list(choices)}. {received(name, value)}")
-    return value
-
-
-def validate_image_size(image_size, batch_size):
-    if image_size is None:
-        if batch_size is not None:
-            raise ValueError(
-                "`image_size=None` (native size) needs `batch_size=None`, since "
-                "images of different sizes cannot be batched. "
-                f"{received('batch_size', batch_size)}")
-        return None
-    if isinstance(image_size, numbers.Integral) and not isinstance(image_size, bool):
-        image_size = (image_size, image_size)
+def _check_normalize(norm):
+    if norm is None or norm == "symmetric":
+        return norm
     try:
-        h, w = image_size
+        mean, std = norm
+        ok = all(np.isfinite(float(v)) for v in tf.nest.flatten([mean, std]))
     except (TypeError, ValueError):
-        raise ValueError(
-            "`image_size` must be (height, width) of positive integers or None. "
-            f"{received('image_size', image_size)}") from None
-    for v in (h, w):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
-            raise ValueError(
-                "`image_size` must be (height, width) of positive integers or "
-                f"None. {received('image_size', image_size)}")
-    return (int(h), int(w))
+        ok = False
+    if not ok:
+        raise ValueError("`normalize` must be None ([0, 1]), 'symmetric' ([-1, 1]) or "
+                         f"(mean, std) in [0, 1] units. {checks.received('normalize', norm)}")
+    return norm
 
 
-def make_options(**kw) -> ImageOptions:
-    """Validates keyword options and returns an ``ImageOptions``.
-
-    Raises:
-        ValueError: naming the argument and the value received, for any value
-            out of its domain (see ``API.md``).
-        TypeError: for an unknown option name.
-    """
-    known = {f.name for f in dataclasses.fields(ImageOptions)}
-    unknown = sorted(set(kw) - known)
-    if unknown:
-        raise TypeError(f"Unknown option(s): {unknown}. Known options: {sorted(known)}")
-    o = dict(kw)
-    _check_choice("label_mode", o.get("label_mode", "int"), LABEL_MODES)
-    for name, default in (("shuffle", True), ("exif_orientation", True), ("fast_jpeg", True),
-                          ("autotune", False), ("drop_remainder", False)):
-        v = o.get(name, default)
-        if not isinstance(v, (bool, np.bool_)):
-            raise ValueError(f"`{name}` must be True or False. {received(name, v)}")
-        o[name] = bool(v)
-    ctx = o.get("input_context")
-    if ctx is not None and not (hasattr(ctx, "num_input_pipelines")
-                                and hasattr(ctx, "input_pipeline_id")):
-        raise ValueError("`input_context` must be a tf.distribute.InputContext or None. "
-                         f"{received('input_context', ctx)}")
-    svc = o.get("service")
-    if svc is not None and not (isinstance(svc, str) and svc):
-        raise ValueError("`service` must be None or a dispatcher address such as "
-                         f"'grpc://host:5050'. {received('service', svc)}")
-    norm = o.get("normalize")
-    if norm is not None and norm != "symmetric":
-        try:
-            mean, std = norm
-            ok = all(isinstance(float(v), float) for v in tf.nest.flatten([mean, std]))
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise ValueError("`normalize` must be None ([0, 1]), 'symmetric' ([-1, 1]) or "
-                             f"(mean, std) in [0, 1] units. {received('normalize', norm)}")
-    channels = o.get("channels", 3)
-    if channels not in (1, 3, 4) or not isinstance(channels, numbers.Integral) or isinstance(channels, bool):
-        raise ValueError(f"`channels` must be 1, 3 or 4. {received('channels', channels)}")
-    o["channels"] = int(channels)
-    batch_size = _check_int("batch_size", o.get("batch_size", 32), allow_none=True)
-    o["batch_size"] = batch_size
-    o["image_size"] = validate_image_size(o.get("image_size", (256, 256)), batch_size)
-    _check_choice("resize", o.get("resize", "stretch"), RESIZE_MODES)
-    _check_choice("interpolation", o.get("interpolation", "bilinear"), INTERPOLATIONS)
-    _check_choice("on_error", o.get("on_error", "raise"), ON_ERROR)
-    split = o.get("validation_split")
-    subset = o.get("subset")
-    _check_choice("subset", subset, SUBSETS)
-    if split is not None:
-        if isinstance(split, (bool, np.bool_)) or not isinstance(split, numbers.Real) or not (
-                0 < split < 1):
-            raise ValueError(
-                "`validation_split` must be a float strictly between 0 and 1. "
-                f"{received('validation_split', split)}")
-        o["validation_split"] = float(split)
-        if subset is None:
-            raise ValueError(
-                "`validation_split` needs `subset` ('training', 'validation' or "
-                f"'both'). {received('subset', subset)}")
-    elif subset is not None:
-        raise ValueError(
-            "`subset` is only valid with `validation_split`. "
-            f"{received('subset', subset)}, validation_split=None")
-    dtype = o.get("dtype", tf.uint8)
+def _check_dtype(dtype):
+    bad = ValueError(f"`dtype` must be one of {list(DTYPES)}. {checks.received('dtype', dtype)}")
     if isinstance(dtype, str):
         if dtype not in DTYPES:
-            raise ValueError(f"`dtype` must be one of {list(DTYPES)}. {received('dtype', dtype)}")
-        dtype = DTYPES[dtype]
+            raise bad
+        return DTYPES[dtype]
     try:
         dtype = tf.as_dtype(dtype)
     except TypeError:
-        raise ValueError(f"`dtype` must be one of {list(DTYPES)}. {received('dtype', dtype)}") from None
+        raise bad from None
     if dtype not in DTYPES.values():
-        raise ValueError(f"`dtype` must be one of {list(DTYPES)}. {received('dtype', dtype)}")
-    o["dtype"] = dtype
-    seed = o.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
+        raise bad
+    return dtype
+
+
+def make_options(factory: str = "", **kw) -> ImageOptions:
+    """Validates keyword options once and returns an ``ImageOptions``.
+
+    Args:
+        factory: the calling factory's name ("from_directory", ...): some
+            rules depend on it (one class per file; no split of shards).
+        **kw: options named as the fields of ``ImageOptions``.
+
+    Raises:
+        TypeError: an unknown option name.
+        ValueError: naming the argument and the value received, for any value
+            out of its domain or a combination that cannot work.
+    """
+    unknown = sorted(set(kw) - set(FIELDS))
+    if unknown:
+        raise TypeError(f"Unknown option(s): {unknown}. Known options: {sorted(FIELDS)}")
+    o = {**DEFAULTS, **kw}
+    r = checks.received
+    checks.check_choice("label_mode", o["label_mode"], LABEL_MODES)
+    if factory in ONE_CLASS_FACTORIES and o["label_mode"] not in ONE_CLASS_LABEL_MODES:
+        raise ValueError(
+            f"{factory} gives one class per file: use label_mode 'int', 'categorical', "
+            "'binary' or None (multi-label and float targets come from from_manifest). "
+            f"{r('label_mode', o['label_mode'])}")
+    for name in ("shuffle", "exif_orientation", "fast_jpeg", "autotune", "drop_remainder",
+                 "include_paths", "augment_validation"):
+        o[name] = checks.check_bool(name, o[name])
+    ctx = o["input_context"]
+    if ctx is not None and not (hasattr(ctx, "num_input_pipelines")
+                                and hasattr(ctx, "input_pipeline_id")):
+        raise ValueError("`input_context` must be a tf.distribute.InputContext or None. "
+                         f"{r('input_context', ctx)}")
+    svc = o["service"]
+    if svc is not None and not (isinstance(svc, str) and svc):
+        raise ValueError("`service` must be None or a dispatcher address such as "
+                         f"'grpc://host:5050'. {r('service', svc)}")
+    o["normalize"] = _check_normalize(o["normalize"])
+    channels = o["channels"]
+    if isinstance(channels, (bool, np.bool_)) or not isinstance(channels, numbers.Integral) \
+            or channels not in (1, 3, 4):
+        raise ValueError(f"`channels` must be 1, 3 or 4. {r('channels', channels)}")
+    o["channels"] = int(channels)
+    o["batch_size"] = checks.check_int("batch_size", o["batch_size"], allow_none=True)
+    o["image_size"] = checks.check_image_size(o["image_size"], o["batch_size"])
+    checks.check_choice("resize", o["resize"], RESIZE_MODES)
+    checks.check_choice("interpolation", o["interpolation"], INTERPOLATIONS)
+    checks.check_choice("on_error", o["on_error"], ON_ERROR)
+    split, subset = o["validation_split"], o["subset"]
+    checks.check_choice("subset", subset, SUBSETS)
+    if split is not None:
+        if factory in NO_SPLIT_FACTORIES:
+            raise ValueError(f"{factory} does not split; write separate shards per subset. "
+                             f"{r('validation_split', split)}")
+        if isinstance(split, (bool, np.bool_)) or not isinstance(split, numbers.Real) or not (
+                0 < split < 1):
+            raise ValueError("`validation_split` must be a float strictly between 0 and 1. "
+                             f"{r('validation_split', split)}")
+        o["validation_split"] = float(split)
+        if subset is None:
+            raise ValueError("`validation_split` needs `subset` ('training', 'validation' or "
+                             f"'both'). {r('subset', subset)}")
+    elif subset is not None:
+        raise ValueError("`subset` is only valid with `validation_split`. "
+                         f"{r('subset', subset)}, validation_split=None")
+    o["dtype"] = _check_dtype(o["dtype"])
+    if o["normalize"] is not None and o["dtype"] == tf.uint8:
+        raise ValueError("`normalize` needs a float `dtype` (uint8 images are 0-255). "
+                         f"{r('normalize', o['normalize'])}, dtype=tf.uint8")
+    seed = o["seed"]
+    if seed is not None and (isinstance(seed, (bool, np.bool_))
+                             or not isinstance(seed, numbers.Integral)
                              or not 0 <= seed < 2 ** 63):
-        raise ValueError(f"`seed` must be an int in [0, 2**63) or None. {received('seed', seed)}")
+        raise ValueError(f"`seed` must be an int in [0, 2**63) or None. {r('seed', seed)}")
     o["seed"] = None if seed is None else int(seed)
-    mp = o.get("max_pixels", DEFAULT_MAX_PIXELS)
-    o["max_pixels"] = _check_int("max_pixels", mp)
+    o["max_pixels"] = checks.check_int("max_pixels", o["max_pixels"])
     if o["image_size"] is not None and o["image_size"][0] * o["image_size"][1] > o["max_pixels"]:
         raise ValueError(
             f"`image_size` asks for more pixels per image than max_pixels={o['max_pixels']}. "
-            f"{received('image_size', o['image_size'])}")
-    npc = o.get("num_parallel_calls")
-    if npc == tf.data.AUTOTUNE:  # let tf.data tune it (autotune is then switched on)
+            f"{r('image_size', o['image_size'])}")
+    if o["num_parallel_calls"] == tf.data.AUTOTUNE:  # tf.data tunes it: autotune on
         o["autotune"] = True
     else:
-        o["num_parallel_calls"] = _check_int("num_parallel_calls", npc, allow_none=True)
-    pf = o.get("prefetch", 2)
-    if pf == tf.data.AUTOTUNE:
+        o["num_parallel_calls"] = checks.check_int("num_parallel_calls",
+                                                   o["num_parallel_calls"], allow_none=True)
+    if o["prefetch"] == tf.data.AUTOTUNE:
         o["autotune"] = True
     else:
-        o["prefetch"] = _check_int("prefetch", pf, minimum=0)
-    o["threadpool_size"] = _check_int("threadpool_size", o.get("threadpool_size"),
-                                      allow_none=True)
-    o["ram_budget_bytes"] = _check_int("ram_budget_bytes", o.get("ram_budget_bytes"),
-                                       allow_none=True)
-    ptd = o.get("prefetch_to_device")
+        o["prefetch"] = checks.check_int("prefetch", o["prefetch"], minimum=0)
+    for name in ("threadpool_size", "ram_budget_bytes", "cache_budget_bytes"):
+        o[name] = checks.check_int(name, o[name], allow_none=True)
+    ptd = o["prefetch_to_device"]
     if ptd is not None and not isinstance(ptd, str):
         raise ValueError("`prefetch_to_device` must be None or a device name such as "
-                         f"'/gpu:0'. {received('prefetch_to_device', ptd)}")
-    me = o.get("max_errors")
+                         f"'/gpu:0'. {r('prefetch_to_device', ptd)}")
+    me = o["max_errors"]
     if me is not None:
         if isinstance(me, (bool, np.bool_)) or not isinstance(me, numbers.Real) or not (
                 me >= 0) or (not isinstance(me, numbers.Integral) and not me < 1):
             raise ValueError(
                 "`max_errors` must be an int >= 0 (a count) or a float in [0, 1) "
-                f"(a fraction of the files). {received('max_errors', me)}")
+                f"(a fraction of the files). {r('max_errors', me)}")
         o["max_errors"] = int(me) if isinstance(me, numbers.Integral) else float(me)
-        if o.get("on_error", "raise") != "skip":
+        if o["on_error"] != "skip":
+            raise ValueError("`max_errors` is an error budget for on_error='skip'. "
+                             f"{r('on_error', o['on_error'])}")
+        if o["service"]:
             raise ValueError(
-                "`max_errors` is an error budget for on_error='skip'. "
-                f"{received('on_error', o.get('on_error', 'raise'))}")
-    cache = o.get("cache")
-    if cache is not None and (not isinstance(cache, (str, os.PathLike)) or not os.fspath(cache)):
-        raise ValueError(f"`cache` must be None, 'memory' or a path. {received('cache', cache)}")
-    _check_choice("processing_mode", o.get("processing_mode", "off"), ("off", "dynamic", "file"))
-    if o.get("processing_mode", "off") != "off" and not o.get("service"):
+                "`max_errors` cannot be enforced with `service=` (skips happen on the "
+                f"service workers). {r('max_errors', me)}, service={o['service']!r}")
+    o["cache"] = _check_cache(o["cache"])
+    checks.check_choice("processing_mode", o["processing_mode"], PROCESSING_MODES)
+    if o["processing_mode"] != "off" and not o["service"]:
         raise ValueError(
             "`processing_mode` applies to a tf.data service: pass `service=` (the dispatcher "
             f"address) too. Received: processing_mode={o['processing_mode']!r}, service=None")
-    o["cache_budget_bytes"] = _check_int("cache_budget_bytes", o.get("cache_budget_bytes"),
-                                         allow_none=True)
-    aug = o.get("augment")
-    if aug is not None:
-        from pipeline.augment import Augment
-        if not isinstance(aug, Augment):
-            raise ValueError(f"`augment` must be None or a pipeline.Augment. {received('augment', aug)}")
-    det = o.get("deterministic")
-    if det is not None and not isinstance(det, bool):
-        raise ValueError(f"`deterministic` must be None or a bool. {received('deterministic', det)}")
+    if o["job_name"] is not None and not isinstance(o["job_name"], str):
+        raise ValueError(f"`job_name` must be None or a str. {r('job_name', o['job_name'])}")
+    aug = o["augment"]
+    if aug is not None and not isinstance(aug, Augment):
+        raise ValueError(f"`augment` must be None or a pipeline.Augment. {r('augment', aug)}")
+    if aug is not None and (aug.saturation or aug.hue) and o["channels"] != 3:
+        raise ValueError("`augment` with saturation or hue needs channels=3. "
+                         f"{r('channels', o['channels'])}")
+    if aug is not None and aug.random_resized_crop is not None and o["image_size"] is None:
+        raise ValueError("`augment` with random_resized_crop needs an `image_size` (the "
+                         f"crop's output size). {r('image_size', None)}")
+    det = o["deterministic"]
+    if det is not None and not isinstance(det, (bool, np.bool_)):
+        raise ValueError(f"`deterministic` must be None or a bool. {r('deterministic', det)}")
     return ImageOptions(**o)
-
-
-def check_class_names(class_names: Optional[Sequence[str]]):
-    if class_names is None:
-        return None
-    if isinstance(class_names, str):
-        raise ValueError(
-            "`class_names` must be a sequence of str, not a single str. "
-            f"{received('class_names', class_names)}")
-    names = [str(c) for c in class_names]
-    if len(set(names)) != len(names):
-        raise ValueError(f"`class_names` has duplicates. {received('class_names', list(class_names))}")
-    if not names:
-        raise ValueError(f"`class_names` is empty. {received('class_names', list(class_names))}")
-    return names

@@ -1,48 +1,59 @@
 """Decode: sniff -> guard -> decode -> channels -> orientation, all in graph.
 
-``load`` turns a file path into a ``uint8`` image ``[height, width, channels]``
-plus a reason string ("" when the file is good). Every fault found before
-decoding becomes a reason that travels with the element; the assemble stage
-turns it into an error naming the path (``on_error="raise"``) or a recorded
-skip (``on_error="skip"``).
+``Decoder.decode`` turns a file's encoded bytes into a ``uint8`` image
+``[height, width, channels]`` plus a reason string ("" when the file is
+good). It is the same graph for every source (files, manifests, TFRecord
+shards), so a file gives the same pixels whatever the source.
 
-* The decoder is chosen from the file's first bytes, never its extension:
-  JPEG, PNG, GIF and BMP by TensorFlow; WebP and TIFF by tensorflow-io, whose
-  ops are only put in the graph (and the module only imported) when the index
-  found such a file or cannot know (remote URIs).
+* The format comes from the file's first bytes (``pipeline.formats``), never
+  its extension. JPEG, PNG, GIF and BMP are decoded by TensorFlow ops; WebP by
+  ``tf.io.decode_webp`` where TensorFlow has it, else tensorflow-io; TIFF and
+  AVIF by tensorflow-io, whose ops are only built into a graph when some
+  file's extension names such a format and tensorflow-io loads here.
 * Before any decode, the header's width and height are read (PNG IHDR, GIF
   logical screen, BMP info header, WebP VP8/VP8L/VP8X, JPEG SOF via
-  ``tf.image.extract_jpeg_shape``, TIFF via tensorflow-io) and a file claiming
-  more than ``max_pixels`` pixels is refused without allocating its pixels.
-* A decoder that still fails (corrupt or truncated data) raises; the assemble
-  stage drops that element with ``ignore_errors()``, finds which file it was
-  from the element positions, and ``diagnose`` names the fault from the bytes
-  (truncated JPEG without its EOI marker, PNG without IEND, ...).
+  ``tf.image.extract_jpeg_shape``) and a file claiming more than
+  ``max_pixels`` pixels is refused without allocating its pixels.
+* JPEG EXIF orientation (tag 0x0112 of IFD0, EXIF 2.32; the same tag
+  Pillow's ``ImageOps.exif_transpose`` applies) is read in graph from the
+  APP1 segment by ``exif_orientation``: a few byte reads, and one check for
+  the common JFIF layout that has no EXIF block.
+* The fast JPEG paths (crop-before-decode with ``decode_and_crop_jpeg``,
+  reduced-scale DCT decoding) apply to files whose orientation is 1; a
+  rotated file is decoded (at the same DCT scale), rotated, then cropped.
+* **Slow fallback (rare path, clearly marked):** files whose format has no
+  graph decoder here (HEIC/HEIF with pillow-heif installed, animated WebP
+  without ``tf.io.decode_webp``, BMP variants TensorFlow's decoder gets wrong,
+  WebP/TIFF met under another extension) are decoded by Pillow inside a
+  ``tf.py_function`` named ``pipeline_pillow_fallback``. It holds the GIL, so
+  it is slow, and it cannot run on tf.data service workers: with
+  ``service=``, such files are bad files with a reason that says so.
+  Elsewhere the fallback is never built into a graph.
+* A decoder that still fails (corrupt or truncated data) raises; the guard
+  stage (``pipeline.guard``) finds which file it was and why.
 
-Channels: every image comes out with exactly ``channels`` (1, 3 or 4) whatever
-the file holds. Gray is replicated to RGB; RGB to gray uses ITU-R 601 luma
+Channels: every image comes out with exactly ``channels`` (1, 3 or 4). Gray
+is replicated to RGB; RGB to gray uses ITU-R 601 luma
 (``tf.image.rgb_to_grayscale``); alpha is dropped when not asked for (colour
-under transparent pixels is kept as stored, not composited) and set to 255 when
-asked for and absent. 16-bit PNG samples become 8-bit as ``v >> 8`` (libpng's
-strip-16). Animated GIF and WebP give their first frame. CMYK/YCCK JPEGs are
-converted to RGB by libjpeg (Adobe inverted CMYK handled).
-
-EXIF orientation (tags 1-8, as in the EXIF 2.32 spec / Pillow's
-``ImageOps.exif_transpose``) is applied to JPEGs when ``exif_orientation`` is
-on. The tag is read at index time with Pillow (headers only; see
-``pipeline.index.read_orientation``) and travels with the element as an int
-code; only where it could not be read there (remote URIs, TFRecords, headers
-Pillow cannot parse) is it read in graph by
-``tfio.experimental.image.decode_jpeg_exif``.
+under transparent pixels is kept as stored) and set to 255 when asked for and
+absent. 16-bit PNG samples become 8-bit as ``v >> 8`` (libpng's strip-16).
+Animated GIF and WebP give their first frame. CMYK/YCCK JPEGs are converted to
+RGB by libjpeg (Adobe inverted CMYK handled).
 """
 
 from __future__ import annotations
 
+import io
+from typing import Callable, Optional, Set
+
+import numpy as np
 import tensorflow as tf
 
-FORMATS = ("jpeg", "png", "gif", "bmp", "webp", "tiff")
-JPEG, PNG, GIF, BMP, WEBP, TIFF, UNKNOWN = range(7)
-FORMAT_NAMES = ("JPEG", "PNG", "GIF", "BMP", "WebP", "TIFF", "unknown")
+from pipeline import formats
+from pipeline import stack
+
+FALLBACK_OP_NAME = "pipeline_pillow_fallback"
+_F = formats
 
 
 def _tfio():
@@ -50,74 +61,128 @@ def _tfio():
     return tfio
 
 
-def _padded_head(contents, n=16):
-    """The first n bytes, zero-padded: safe to slice whatever the file's length
-    (``tf.strings.substr`` raises when its position is past the end)."""
-    return tf.strings.join([tf.strings.substr(contents, 0, n), b"\x00" * n])
+def bytes_at(contents, pos, n: int):
+    """``n`` bytes of ``contents`` from byte ``pos`` as int64 ``[n]``, zero-padded.
+
+    Safe for any ``pos`` (past the end gives zeros); ``tf.strings.substr``
+    alone raises when ``pos`` is past the end.
+    """
+    size = tf.cast(tf.strings.length(contents), tf.int64)
+    pos = tf.clip_by_value(tf.cast(pos, tf.int64), 0, size)
+    s = tf.strings.substr(contents, pos, tf.constant(n, tf.int64))
+    s = tf.strings.substr(tf.strings.join([s, b"\x00" * n]), 0, n)
+    return tf.cast(tf.io.decode_raw(s, tf.uint8), tf.int64)
 
 
-def sniff(contents):
-    """Format id (int32 scalar, see ``FORMATS``; 6 = unknown) from the first bytes."""
-    head = _padded_head(contents)
-    at = lambda pos, n: tf.strings.substr(head, pos, n)
-    checks = [
-        (JPEG, tf.equal(at(0, 3), b"\xff\xd8\xff")),
-        (PNG, tf.equal(at(0, 8), b"\x89PNG\r\n\x1a\n")),
-        (GIF, tf.logical_or(tf.equal(at(0, 6), b"GIF87a"), tf.equal(at(0, 6), b"GIF89a"))),
-        (BMP, tf.equal(at(0, 2), b"BM")),
-        (WEBP, tf.logical_and(tf.equal(at(0, 4), b"RIFF"), tf.equal(at(8, 4), b"WEBP"))),
-        (TIFF, tf.logical_or(tf.equal(at(0, 4), b"II*\x00"), tf.equal(at(0, 4), b"MM\x00*"))),
-    ]
-    fmt = tf.constant(UNKNOWN, tf.int32)
-    for fid, cond in reversed(checks):
-        fmt = tf.where(cond, tf.constant(fid, tf.int32), fmt)
-    return fmt
+_SIG_EXPECT = np.zeros([len(_F.SIGNATURES), _F.SIGNATURE_BYTES], np.int64)
+_SIG_MASK = np.zeros([len(_F.SIGNATURES), _F.SIGNATURE_BYTES], bool)
+for _k, (_fid, _parts) in enumerate(_F.SIGNATURES):
+    for _o, _b in _parts:
+        _SIG_EXPECT[_k, _o:_o + len(_b)] = list(_b)
+        _SIG_MASK[_k, _o:_o + len(_b)] = True
+_SIG_FORMAT = np.array([fid for fid, _ in _F.SIGNATURES] + [_F.UNKNOWN], np.int32)
 
 
-def _head_bytes(contents, n=32):
-    """The first n bytes as int64 [n], zero-padded for short files."""
-    head = tf.strings.substr(contents, 0, n)
-    pad = tf.strings.substr(tf.constant(b"\x00" * n), 0, n - tf.strings.length(head))
-    return tf.cast(tf.io.decode_raw(tf.strings.join([head, pad]), tf.uint8), tf.int64)
+def sniff(contents, head=None):
+    """Format id (int32 scalar, an index into ``formats.FORMATS``; ``formats.UNKNOWN``
+    when no signature matches), from the first 16 bytes: one vectorised
+    compare against the whole signature table."""
+    if head is None:
+        head = bytes_at(contents, 0, _F.SIGNATURE_BYTES)
+    match = tf.reduce_all(tf.equal(head[None], _SIG_EXPECT) | ~_SIG_MASK, axis=1)
+    first = tf.argmax(tf.concat([tf.cast(match, tf.int32), [1]], 0), output_type=tf.int32)
+    return tf.gather(_SIG_FORMAT, first)
 
 
-def header_size(contents, fmt, use_tfio: bool):
+def _u16(b, i, little):
+    return tf.where(little, b[..., i] + 256 * b[..., i + 1], 256 * b[..., i] + b[..., i + 1])
+
+
+def _u32(b, i, little):
+    le = b[..., i] + 256 * (b[..., i + 1] + 256 * (b[..., i + 2] + 256 * b[..., i + 3]))
+    be = b[..., i + 3] + 256 * (b[..., i + 2] + 256 * (b[..., i + 1] + 256 * b[..., i]))
+    return tf.where(little, le, be)
+
+
+_EXIF_ID = np.frombuffer(b"Exif\x00\x00", np.uint8).astype(np.int64)
+EXIF_SEGMENTS = 8   # APPn segments walked looking for the EXIF block
+EXIF_ENTRIES = 32   # IFD0 entries searched for the orientation tag
+
+
+def exif_orientation(contents):
+    """The EXIF orientation tag (int32 scalar, 1-8; 1 when absent or invalid) of a JPEG.
+
+    Walks the APPn segments after SOI (at most ``EXIF_SEGMENTS``) to the APP1
+    "Exif" block, reads its TIFF header (byte order, IFD0 offset) and looks for
+    tag 0x0112 among the first ``EXIF_ENTRIES`` entries of IFD0 (EXIF 2.32,
+    section 4.6). The common JFIF layout with no EXIF block (APP0 of 16 bytes
+    followed by a non-APP marker) is recognised from the first 32 bytes and
+    skips the walk.
+    """
+    b = bytes_at(contents, 0, 32)
+
+    def is_app(m0, m1):
+        return tf.equal(m0, 0xFF) & (m1 >= 0xE0) & (m1 <= 0xEF)
+
+    app2 = is_app(b[2], b[3])
+    jfif_only = tf.equal(b[3], 0xE0) & tf.equal(b[4] * 256 + b[5], 16) & ~is_app(b[20], b[21])
+    skip = ~app2 | jfif_only
+
+    def walk():
+        pos = tf.constant(2, tf.int64)
+        found = tf.constant(-1, tf.int64)
+        for _ in range(EXIF_SEGMENTS):
+            s = bytes_at(contents, pos, 10)
+            app = is_app(s[0], s[1])
+            exif = app & tf.equal(s[1], 0xE1) & tf.reduce_all(tf.equal(s[4:10], _EXIF_ID))
+            found = tf.where((found < 0) & exif, pos, found)
+            pos = tf.where(app & (found < 0), pos + 2 + s[2] * 256 + s[3], pos)
+        tiff = found + 10
+        hdr = bytes_at(contents, tiff, 8)
+        little = tf.equal(hdr[0], 0x49)
+        ifd = tiff + _u32(hdr, 4, little)
+        e = bytes_at(contents, ifd, 2 + 12 * EXIF_ENTRIES)
+        count = _u16(e, 0, little)
+        entries = tf.reshape(e[2:], [EXIF_ENTRIES, 12])
+        tag = _u16(entries, 0, little)
+        value = _u16(entries, 8, little)
+        hit = tf.equal(tag, 0x0112) & (tf.range(EXIF_ENTRIES, dtype=tf.int64) < count)
+        o = tf.reduce_max(tf.where(hit, value, 0))
+        o = tf.where((found >= 0) & (o >= 1) & (o <= 8), o, 1)
+        return tf.cast(o, tf.int32)
+
+    return tf.cond(skip, lambda: tf.constant(1, tf.int32), walk)
+
+
+def header_size(contents, fmt, head=None, tfio_tiff: bool = False):
     """(height, width) as int64 scalars read from the header, -1 when unknown.
 
     Reads only header fields: nothing is decoded or allocated by image size.
     """
-    b = _head_bytes(contents, 32)
-
-    def le(i, n):
-        v = tf.constant(0, tf.int64)
-        for k in reversed(range(n)):
-            v = v * 256 + b[i + k]
-        return v
-
-    def be(i, n):
-        v = tf.constant(0, tf.int64)
-        for k in range(n):
-            v = v * 256 + b[i + k]
-        return v
+    b = bytes_at(contents, 0, 32) if head is None else head
+    little = tf.constant(True)
+    minus1 = (tf.constant(-1, tf.int64), tf.constant(-1, tf.int64))
 
     def png():
-        return be(20, 4), be(16, 4)
+        return _u32(b, 20, ~little), _u32(b, 16, ~little)
 
     def gif():
-        return le(8, 2), le(6, 2)
+        return _u16(b, 8, little), _u16(b, 6, little)
 
     def bmp():
-        w = le(18, 4)
-        h = le(22, 4)
+        core = tf.equal(_u32(b, 14, little), 12)  # OS/2 1.x: 16-bit fields
+        w = tf.where(core, _u16(b, 18, little), _u32(b, 18, little))
+        h = tf.where(core, _u16(b, 20, little), _u32(b, 22, little))
         h = tf.where(h >= 2 ** 31, 2 ** 32 - h, h)  # top-down BMPs store -height
         return h, w
 
     def webp():
-        chunk = tf.strings.substr(_padded_head(contents, 16), 12, 4)
-        vp8x = (1 + le(27, 3), 1 + le(24, 3))
+        chunk = tf.strings.substr(tf.strings.join([tf.strings.substr(contents, 0, 16),
+                                                   b"\x00" * 16]), 12, 4)
+        vp8x = (1 + b[27] + 256 * (b[28] + 256 * b[29]), 1 + b[24] + 256 * (b[25] + 256 * b[26]))
         vp8l = (1 + (b[22] // 64 + b[23] * 4 + (b[24] % 16) * 1024),
                 1 + (b[21] + (b[22] % 64) * 256))
-        vp8 = (le(28, 2) % 16384, le(26, 2) % 16384)
+        vp8 = (_u16(b, 28, little) % 16384, _u16(b, 26, little) % 16384)
         h = tf.where(tf.equal(chunk, b"VP8X"), vp8x[0],
                      tf.where(tf.equal(chunk, b"VP8L"), vp8l[0], vp8[0]))
         w = tf.where(tf.equal(chunk, b"VP8X"), vp8x[1],
@@ -128,16 +193,20 @@ def header_size(contents, fmt, use_tfio: bool):
         s = tf.cast(tf.image.extract_jpeg_shape(contents), tf.int64)
         return s[0], s[1]
 
-    def tiff():
-        if not use_tfio:
-            return tf.constant(-1, tf.int64), tf.constant(-1, tf.int64)
-        shape, _ = _tfio().experimental.image.decode_tiff_info(contents)
-        return shape[0, 0], shape[0, 1]
+    branches = [jpeg, png, gif, bmp, webp]
+    if tfio_tiff:
+        def tiff():
+            shape, _ = _tfio().experimental.image.decode_tiff_info(contents)
+            return shape[0, 0], shape[0, 1]
+        branches.append(tiff)
+    return tf.switch_case(tf.minimum(fmt, len(branches)), branches, default=lambda: minus1)
 
-    def unknown():
-        return tf.constant(-1, tf.int64), tf.constant(-1, tf.int64)
 
-    return tf.switch_case(fmt, [jpeg, png, gif, bmp, webp, tiff], default=unknown)
+def webp_is_animated(head):
+    """True for an extended WebP (VP8X) whose animation flag is set (head: int64 [>=21])."""
+    vp8x = tf.equal(head[12], ord("V")) & tf.equal(head[13], ord("P")) & tf.equal(
+        head[14], ord("8")) & tf.equal(head[15], ord("X"))
+    return vp8x & tf.not_equal(tf.bitwise.bitwise_and(head[20], 2), 0)
 
 
 def to_channels(image, channels: int):
@@ -176,6 +245,15 @@ def to_channels(image, channels: int):
     return out
 
 
+def from_rgb(image, channels: int):
+    """A uint8 RGB image [h, w, 3] (static) as ``channels``: no switch, as ``to_channels``."""
+    if channels == 3:
+        return image
+    if channels == 1:
+        return tf.image.rgb_to_grayscale(image)
+    return tf.concat([image, tf.ones_like(image[..., :1]) * 255], -1)
+
+
 def apply_orientation(image, orientation):
     """Applies an EXIF orientation tag (int, 1-8; others mean 1) to [h, w, c].
 
@@ -198,260 +276,297 @@ def apply_orientation(image, orientation):
     return tf.switch_case(o - 1, branches)
 
 
-def exif_code(exif):
-    """Per-element orientation code, int32 scalar: 0 or 1 = as stored, 2-8 =
-    apply that EXIF tag, -1 = read the tag in graph. A bool (the file has an
-    EXIF segment, tag unknown) becomes -1 / 0."""
-    exif = tf.convert_to_tensor(exif)
-    if exif.dtype == tf.bool:
-        return tf.where(exif, -1, 0)
-    return tf.cast(exif, tf.int32)
-
-
 def diagnose(contents, fmt):
-    """A reason string for a file whose decoder failed, from its bytes."""
+    """In graph: a reason string for a file whose decoder failed, from its bytes.
+
+    The Python diagnosis (``pipeline.guard.diagnose``), which also names the
+    stage that failed, is used wherever Python can run; this one serves
+    tf.data service workers.
+    """
     size = tf.strings.length(contents)
     tail2 = tf.strings.substr(contents, tf.maximum(size - 2, 0), 2)
     tail = tf.strings.substr(contents, tf.maximum(size - 64, 0), 64)
     # byte-wise search (a regex would read the bytes as UTF-8 and miss it)
     no_iend = tf.size(tf.strings.split(tail, sep="IEND")) < 2
-    name = tf.gather(tf.constant(FORMAT_NAMES), fmt)
+    name = tf.gather(tf.constant(_F.NAMES + ("unknown",)), fmt)
     first = tf.strings.reduce_join(
         tf.strings.as_string(tf.io.decode_raw(tf.strings.substr(contents, 0, 8), tf.uint8)),
         separator=" ")
     reason = tf.strings.join(["corrupt ", name, " data (the decoder failed on it)"])
-    reason = tf.where((fmt == GIF) & tf.not_equal(
+    reason = tf.where((fmt == _F.GIF) & tf.not_equal(
         tf.strings.substr(contents, tf.maximum(size - 1, 0), 1), b"\x3b"),
         "truncated GIF (no trailer byte)", reason)
-    reason = tf.where((fmt == PNG) & no_iend, "truncated PNG (no IEND end chunk)", reason)
-    reason = tf.where((fmt == JPEG) & tf.not_equal(tail2, b"\xff\xd9"),
+    reason = tf.where((fmt == _F.PNG) & no_iend, "truncated PNG (no IEND end chunk)", reason)
+    reason = tf.where((fmt == _F.JPEG) & tf.not_equal(tail2, b"\xff\xd9"),
                       "truncated JPEG (no end-of-image marker)", reason)
-    reason = tf.where(fmt == UNKNOWN, tf.strings.join(
+    reason = tf.where(fmt == _F.UNKNOWN, tf.strings.join(
         ["not an image (first bytes ", first, ")"]), reason)
     reason = tf.where(size == 0, "empty file (0 bytes)", reason)
     return reason
 
 
+# ---------------------------------------------------------------- fallback
+
+def pillow_plugins() -> Set[str]:
+    """Formats Pillow can decode here beyond its own: "heif" (pillow-heif), "avif"
+    (pillow-avif-plugin or Pillow's own AVIF support)."""
+    found = set()
+    try:
+        import pillow_heif  # pylint: disable=import-outside-toplevel
+        pillow_heif.register_heif_opener()
+        found.add("heif")
+    except ImportError:
+        pass
+    try:
+        import pillow_avif  # noqa: F401  pylint: disable=import-outside-toplevel
+        found.add("avif")
+    except ImportError:
+        from PIL import features  # pylint: disable=import-outside-toplevel
+        if features.check("avif") if "avif" in features.get_supported_codecs() else False:
+            found.add("avif")
+    return found
+
+
+def pillow_decode(contents: bytes, channels: int) -> np.ndarray:
+    """Slow fallback, in Python: the first frame of an image, decoded by Pillow.
+
+    Returns uint8 ``[height, width, channels]`` with the channel rules of
+    ``to_channels`` (gray 'L' and RGBA from Pillow's modes). Raises whatever
+    Pillow raises for a file it cannot decode.
+    """
+    from PIL import Image, ImageOps  # pylint: disable=import-outside-toplevel
+    pillow_plugins()
+    with Image.open(io.BytesIO(contents)) as im:
+        im.seek(0)
+        im.load()
+        im = ImageOps.exif_transpose(im) if im.format == "JPEG" else im
+        has_alpha = im.mode in ("RGBA", "LA", "PA") or "transparency" in im.info
+        if channels == 1:
+            out = im.convert("L")
+        elif channels == 3:
+            out = im.convert("RGB")
+        else:
+            out = im.convert("RGBA") if has_alpha else im.convert("RGB").convert("RGBA")
+        arr = np.asarray(out, np.uint8)
+    return arr.reshape(arr.shape[0], arr.shape[1], channels)
+
+
 class Decoder:
-    """Builds the in-graph ``load(path, exif, pre_error)`` function.
+    """Builds the in-graph ``decode(contents) -> (image, reason)`` function.
 
     Args:
         channels: 1, 3 or 4, output channels.
         max_pixels: int, header width*height above this is refused (pixels).
         exif_orientation: bool, apply the JPEG EXIF orientation.
-        use_tfio: bool, put tensorflow-io decoders (WebP, TIFF, EXIF) in the graph.
-        exif_in_graph: bool, some file may need orienting (else no orientation
-            branch is built). Elements carry an ``exif`` code (see
-            ``exif_code``); code -1 reads the tag with tensorflow-io when
-            ``use_tfio``, and is left as stored otherwise.
+        tfio_formats: the optional formats ("webp", "tiff", "avif") whose
+            tensorflow-io decoders are built into the graph (only where
+            tensorflow-io's ops load; see ``pipeline.stack``).
+        tfio_unusable: "" or why tensorflow-io cannot be used here (when it
+            was probed): TIFF and AVIF files are then refused with it.
+        fallback: bool, build the Pillow fallback (False on tf.data service
+            workers, where Python cannot run).
+
+    Building the graph never imports tensorflow-io unless ``tfio_formats``
+    asks for its decoders (it costs seconds).
     """
 
-    def __init__(self, channels=3, max_pixels=178_956_970, exif_orientation=True,
-                 use_tfio=False, exif_in_graph=False, only_format=None,
-                 pre_errors=True):
+    def __init__(self, channels: int = 3, max_pixels: int = 178_956_970,
+                 exif_orientation: bool = True, tfio_formats=(), tfio_unusable: str = "",
+                 fallback: bool = True):
         self.channels = channels
         self.max_pixels = max_pixels
-        self.use_tfio = use_tfio
-        self.exif = bool(exif_orientation and exif_in_graph)
-        self.exif_tfio = self.exif and use_tfio
-        # only_format: the index saw only this format (e.g. "jpeg"): the graph
-        # then holds that decoder alone, with no format dispatch. A file that
-        # changed since indexing makes its decoder raise and is reported.
-        self.only = FORMATS.index(only_format) if only_format in FORMATS[:4] else None
-        self.pre_errors = pre_errors
+        self.exif = bool(exif_orientation)
+        self.tfio_formats = set(tfio_formats)
+        self.tfio_unusable = tfio_unusable
+        self.fallback = fallback
+        self.core_webp = stack.core_webp()
+        self.plugins = pillow_plugins() if fallback else set()
 
     def placeholder(self):
         return tf.zeros([1, 1, self.channels], tf.uint8)
 
-    @staticmethod
-    def _needs_orienting(code):
-        return (code < 0) | (code > 1)
-
-    def _orientation(self, contents, code):
-        """The EXIF tag for an element whose code says it needs orienting."""
-        if not self.exif_tfio:
-            return code  # -1 (unknown) is left as stored by apply_orientation
-        return tf.cond(code < 0, lambda: tf.cast(
-            _tfio().experimental.image.decode_jpeg_exif(contents), tf.int32), lambda: code)
-
-    def _orient(self, img, contents, code):
-        if not self.exif:
-            return img
-        return tf.cond(self._needs_orienting(code),
-                       lambda: apply_orientation(img, self._orientation(contents, code)),
-                       lambda: img)
-
-    def _decode(self, contents, fmt, code, ratio=1):
+    # ------------------------------------------------------------ formats
+    def _fallback(self, contents):
+        """Slow path: Pillow in a py_function (see the module docstring)."""
         c = self.channels
-
-        def jpeg():
-            img = tf.io.decode_jpeg(contents, channels=3, ratio=ratio)  # RGB (see _jpeg)
-            if c != 3:
-                img = to_channels(img, c)
-            return self._orient(img, contents, code)
-
-        def png():
-            if c == 4:
-                # decode_png(channels=4) gives 1-, 2- and 4-bit gray and palette
-                # PNGs an alpha of 1, 3 or 15 (their bit depth's maximum), not
-                # 255: decode as stored and add an opaque alpha ourselves.
-                return to_channels(tf.io.decode_png(contents, channels=0), 4)
-            return tf.io.decode_png(contents, channels=c)
-
-        def gif():
-            return to_channels(tf.io.decode_gif(contents)[0], c)
-
-        def bmp():
-            return to_channels(tf.io.decode_bmp(contents, channels=0), c)
-
-        def webp():
-            return to_channels(_tfio().image.decode_webp(contents), c)
-
-        def tiff():
-            return to_channels(_tfio().experimental.image.decode_tiff(contents, index=0), c)
-
-        branches = [jpeg, png, gif, bmp]
-        if self.use_tfio:
-            branches += [webp, tiff]
-        if self.only is not None:
-            img = branches[self.only]()
-            img.set_shape([None, None, c])
-            return img
-        img = tf.switch_case(tf.minimum(fmt, len(branches) - 1), branches)
+        img = tf.py_function(lambda b: pillow_decode(b.numpy(), c), [contents], tf.uint8,
+                             name=FALLBACK_OP_NAME)
         img.set_shape([None, None, c])
         return img
 
-    @staticmethod
-    def _crop(img, window_fn):
-        oy, ox, ch, cw = window_fn(tf.shape(img))
-        return img[oy:oy + ch, ox:ox + cw]
+    def _png(self, contents):
+        if self.channels == 4:
+            # decode_png(channels=4) gives 1-, 2- and 4-bit gray and palette
+            # PNGs an alpha of 1, 3 or 15 (their bit depth's maximum), not
+            # 255: decode as stored and add an opaque alpha ourselves.
+            return to_channels(tf.io.decode_png(contents, channels=0), 4)
+        return tf.io.decode_png(contents, channels=self.channels)
 
-    def _jpeg(self, contents, ratio=1, window=None, orientation=None):
-        """JPEG -> uint8 [h, w, channels]; optional DCT ``ratio``, crop ``window``
-        (decode_and_crop_jpeg: only the window is decoded) or EXIF orientation."""
-        c = self.channels
-        # Always RGB from libjpeg: it converts gray, YCbCr and (Adobe) CMYK /
-        # YCCK; asking it for 1 channel fails on CMYK files.
+    def _bmp(self, contents, head):
+        """TensorFlow's BMP decoder is right for uncompressed 24-bit files with a
+        Windows header; every other variant takes the fallback."""
+        little = tf.constant(True)
+        plain = (tf.equal(_u16(head, 28, little), 24) & tf.equal(_u32(head, 30, little), 0)
+                 & (_u32(head, 14, little) >= 40))
+        decode = lambda: from_rgb(tf.io.decode_bmp(contents, channels=3), self.channels)
+        if not self.fallback:
+            return decode(), tf.where(plain, "", _NO_FALLBACK % "this BMP variant (palette, "
+                                      "RLE, 16/32-bit or OS/2)")
+        return tf.cond(plain, decode, lambda: self._fallback(contents)), tf.constant("")
+
+    def _optional_reasons(self):
+        """Per format id: "" (decoded here) or why it is refused (a static table)."""
+        reasons = []
+        for fid, name in enumerate(_F.FORMATS):
+            why = ""
+            if fid in (_F.TIFF, _F.AVIF) and name not in self.tfio_formats and self.tfio_unusable:
+                why = (f"{_F.NAMES[fid]} decoding needs tensorflow-io, which is unusable here "
+                       f"({self.tfio_unusable}); {stack.TF216_HINT}")
+            elif not self.fallback and name not in self.tfio_formats and fid in _F.OPTIONAL:
+                why = _NO_FALLBACK % f"this {_F.NAMES[fid]} file"
+            reasons.append(why)
+        return tf.constant(reasons + [""])
+
+    def _optional(self, contents, fmt, head):
+        """WebP (without a TensorFlow op), TIFF, HEIF, AVIF: tensorflow-io where it
+        was built in, else the Pillow fallback (which names what is missing when
+        it cannot decode a file), else a refusal."""
+        reason = tf.gather(self._optional_reasons(), fmt)
+        tfio = sorted(self.tfio_formats)
+
+        def decode():
+            if not tfio:
+                return self._fallback(contents) if self.fallback else self.placeholder()
+            branches = []
+            for name in tfio:
+                if name == "webp":
+                    fast = lambda: to_channels(_tfio().image.decode_webp(contents), self.channels)
+                    slow = (lambda: self._fallback(contents)) if self.fallback else (
+                        lambda: self.placeholder())
+                    branches.append(lambda fast=fast, slow=slow: tf.cond(
+                        webp_is_animated(head), slow, fast))
+                elif name == "tiff":
+                    branches.append(lambda: to_channels(
+                        _tfio().experimental.image.decode_tiff(contents, index=0), self.channels))
+                else:
+                    branches.append(lambda: to_channels(
+                        _tfio().experimental.image.decode_avif(contents), self.channels))
+            branches.append((lambda: self._fallback(contents)) if self.fallback else (
+                lambda: self.placeholder()))
+            which = tf.constant([tfio.index(n) if n in tfio else len(tfio) for n in _F.FORMATS])
+            return tf.switch_case(tf.gather(which, tf.minimum(fmt, len(_F.FORMATS) - 1)), branches)
+
+        if not self.fallback and "webp" in tfio:
+            reason = tf.where(tf.equal(fmt, _F.WEBP) & webp_is_animated(head),
+                              _NO_FALLBACK % "an animated WebP (TensorFlow < 2.18)", reason)
+        img = tf.cond(tf.strings.length(reason) > 0, self.placeholder, decode)
+        img.set_shape([None, None, self.channels])
+        return img, reason
+
+    # --------------------------------------------------------------- JPEG
+    def _jpeg(self, contents, ratio=1, window=None):
+        """JPEG -> uint8 [h, w, channels] (libjpeg always gives RGB: it converts
+        gray, YCbCr and Adobe CMYK/YCCK; asking it for 1 channel fails on CMYK)."""
         if window is not None:
             img = tf.io.decode_and_crop_jpeg(contents, tf.stack(window), channels=3)
         else:
             img = tf.io.decode_jpeg(contents, channels=3, ratio=ratio)
-        if c != 3:
-            img = to_channels(img, c)
-        if orientation is not None:
-            img = apply_orientation(img, orientation)
-        img.set_shape([None, None, c])
-        return img
+        return from_rgb(img, self.channels)
 
-    def _checked(self, path, code, window_fn=None, target=None):
-        """Reads and decodes; returns (image, reason). May raise on corrupt data."""
-        return self._checked_bytes(tf.io.read_file(path), code, window_fn, target)
-
-    def _checked_bytes(self, contents, code, window_fn=None, target=None):
-        """Decodes encoded bytes; returns (image, reason). May raise on corrupt data.
-
-        window_fn: optional ``f(shape [3] int32) -> (oy, ox, h, w)``: only that
-            window of the (displayed) image is returned; JPEGs decode only it.
-        target: optional (height, width): a JPEG at least 2x, 4x or 8x larger
-            in both dimensions is decoded at that reduced scale (libjpeg's DCT
-            scaling, ``ratio``), leaving less to resize.
-        """
-        jpeg_only = self.only == JPEG
-        if self.only is not None:
-            fmt = tf.constant(self.only, tf.int32)
-            if jpeg_only:
-                shape = tf.image.extract_jpeg_shape(contents)
-                s = tf.cast(shape, tf.int64)
-                h, w = s[0], s[1]
+    def _jpeg_branch(self, contents, h, w, window_fn, target):
+        """One switch picks the DCT scale (target) or the crop window; a file
+        whose EXIF orientation is not 1 is decoded, rotated, then cropped."""
+        if window_fn is None:
+            if target is None:
+                img = self._jpeg(contents)
             else:
-                h, w = header_size(contents, fmt, self.use_tfio)
-            unsupported = tf.constant(False)
-        else:
-            fmt = sniff(contents)
-            h, w = header_size(contents, fmt, self.use_tfio)
-            unsupported = (fmt == UNKNOWN) | ((fmt >= WEBP) & (not self.use_tfio))
-        too_big = h * w > self.max_pixels
-
-        def why():  # only runs for a bad file
-            name = tf.gather(tf.constant(FORMAT_NAMES), fmt)
-            reason = tf.strings.format("header claims {}x{} pixels > max_pixels={}",
-                                       (w, h, self.max_pixels))
-            reason = tf.where(unsupported, tf.strings.join(
-                [name, " needs tensorflow-io, which this graph was built without"]), reason)
-            return self.placeholder(), tf.where(fmt == UNKNOWN, diagnose(contents, fmt), reason)
-
-        ok = tf.constant("")
-        if jpeg_only:
-            # One switch per element: 0 bad header; the last branch decodes a
-            # file with EXIF orientation whole and orients it; the others are
-            # the fast paths (window only, or reduced DCT scale).
-            def oriented():
-                img = self._jpeg(contents, orientation=self._orientation(contents, code))
-                return (self._crop(img, window_fn) if window_fn is not None else img), ok
-
-            if window_fn is not None:
-                fast = [lambda: (self._jpeg(contents, window=window_fn(shape)), ok)]
-                normal = tf.constant(1)
-            elif target is not None:
-                fast = [(lambda r=r: (self._jpeg(contents, ratio=r), ok)) for r in (1, 2, 4, 8)]
                 need = tf.cast(max(target), tf.int64)
                 small = tf.minimum(h, w)
-                normal = 1 + tf.add_n([tf.cast(small >= r * need, tf.int32) for r in (2, 4, 8)])
-            else:
-                fast = [lambda: (self._jpeg(contents), ok)]
-                normal = tf.constant(1)
-            branches = [why] + fast
+                index = tf.add_n([tf.cast(small >= r * need, tf.int32) for r in (2, 4, 8)])
+                img = tf.switch_case(index, [(lambda r=r: self._jpeg(contents, ratio=r))
+                                             for r in (1, 2, 4, 8)])
             if self.exif:
-                branches.append(oriented)
-                normal = tf.where(self._needs_orienting(code), len(branches) - 1, normal)
-            return tf.switch_case(tf.where(too_big, 0, normal), branches)
-        if window_fn is not None:
-            return tf.cond(too_big | unsupported, why, lambda: (
-                self._crop(self._decode(contents, fmt, code), window_fn), ok))
-        return tf.cond(too_big | unsupported, why,
-                       lambda: (self._decode(contents, fmt, code), ok))
+                o = exif_orientation(contents)
+                img = tf.cond(o > 1, lambda: apply_orientation(img, o), lambda: img)
+            img.set_shape([None, None, self.channels])
+            return img, tf.constant("")
 
-    def load(self, path, exif, pre_error, window_fn=None, target=None):
-        """Path -> (uint8 image [h, w, channels], reason str; "" when good).
+        def fast():
+            shape = tf.stack([tf.cast(h, tf.int32), tf.cast(w, tf.int32), tf.constant(3)])
+            return self._jpeg(contents, window=window_fn(shape))
+
+        if not self.exif:
+            return fast(), tf.constant("")
+
+        def oriented():
+            img = apply_orientation(self._jpeg(contents), o)
+            oy, ox, ch, cw = window_fn(tf.shape(img))
+            return img[oy:oy + ch, ox:ox + cw]
+
+        o = exif_orientation(contents)
+        img = tf.cond(o > 1, oriented, fast)
+        img.set_shape([None, None, self.channels])
+        return img, tf.constant("")
+
+    # -------------------------------------------------------------- entry
+    def decode(self, contents, window_fn: Optional[Callable] = None, target=None):
+        """Encoded bytes -> (uint8 image [h, w, channels], reason: str scalar, "" when good).
 
         Args:
-            path: str scalar, file path or URI.
-            exif: int32 scalar orientation code (``exif_code``: 0 none, 2-8
-                apply that tag, -1 read it in graph), or a bool scalar (the
-                index saw an EXIF segment, tag unknown).
-            pre_error: str scalar, a reason found at index time ("" if none).
-            window_fn: optional ``f(shape) -> (offset_y, offset_x, h, w)``,
-                pixels: return only that window of the displayed image
-                (JPEG: decode only it).
-            target: optional (height, width) the caller will resize to: JPEGs
-                at least 2x/4x/8x larger in both sides decode at reduced scale.
+            contents: str scalar, the file's bytes.
+            window_fn: optional ``f(shape [3] int32) -> (offset_y, offset_x,
+                height, width)``, pixels: only that window of the displayed
+                (oriented) image is returned; JPEGs decode only it.
+            target: optional (height, width) the caller resizes to: a JPEG at
+                least 2x, 4x or 8x larger in both sides is decoded at that
+                reduced scale (libjpeg's DCT scaling), leaving less to resize.
 
-        Faults found before decoding (pre_error from the index, unknown
-        format, header over ``max_pixels``) give a reason and a 1x1
-        placeholder. A decoder that fails on corrupt data raises, as do
-        read errors; the assemble stage catches those with
-        ``ignore_errors`` and names the file by its position (see
-        ``pipeline.build``), so this hot path carries no per-element
-        exception machinery.
+        Faults found before decoding (unknown format, a header over
+        ``max_pixels``, a format with no decoder here) give a reason and a
+        1x1 placeholder. A decoder that fails on corrupt data raises.
         """
-        return self._guarded(path, exif, pre_error,
-                             lambda p, e: self._checked(p, e, window_fn, target))
+        head = bytes_at(contents, 0, 64)
+        fmt = sniff(contents, head[:_F.SIGNATURE_BYTES])
+        h, w = header_size(contents, fmt, head, tfio_tiff="tiff" in self.tfio_formats)
+        too_big = h * w > self.max_pixels
+        c = self.channels
 
-    def load_bytes(self, contents, exif, pre_error, window_fn=None, target=None):
-        """Encoded bytes (e.g. from a TFRecord) -> (uint8 image [h, w, channels], reason).
+        def bad():
+            reason = tf.strings.format("header claims {}x{} pixels > max_pixels={}",
+                                       (w, h, self.max_pixels))
+            return self.placeholder(), tf.where(fmt == _F.UNKNOWN, diagnose(contents, fmt),
+                                                reason)
 
-        Same arguments, checks and reasons as ``load``; nothing is read from disk.
-        """
-        return self._guarded(contents, exif, pre_error,
-                             lambda c, e: self._checked_bytes(c, e, window_fn, target))
+        def other(fn):
+            def run():
+                img, reason = fn()
+                if window_fn is not None:
+                    oy, ox, ch, cw = window_fn(tf.shape(img))
+                    img = img[oy:oy + ch, ox:ox + cw]
+                img.set_shape([None, None, c])
+                return img, reason
+            return run
 
-    def _guarded(self, source, exif, pre_error, checked):
-        code = exif_code(exif)
-        if not self.pre_errors:  # the index found no bad file: no check needed
-            img, reason = checked(source, code)
-        else:
-            img, reason = tf.cond(tf.strings.length(pre_error) > 0,
-                                  lambda: (self.placeholder(), pre_error),
-                                  lambda: checked(source, code))
-        img.set_shape([None, None, self.channels])
+        branches = [
+            lambda: self._jpeg_branch(contents, h, w, window_fn, target),
+            other(lambda: (self._png(contents), tf.constant(""))),
+            other(lambda: (from_rgb(tf.io.decode_gif(contents)[0], c), tf.constant(""))),
+            other(lambda: self._bmp(contents, head)),
+        ]
+        # Formats past BMP: WebP by TensorFlow's own op where it exists, the
+        # rest (and WebP otherwise) through ``_optional``.
+        if self.core_webp:
+            branches.append(other(lambda: (to_channels(tf.io.decode_webp(contents)[0], c),
+                                           tf.constant(""))))
+        branches.append(other(lambda: self._optional(contents, fmt, head)))
+        branches.append(bad)
+        first_optional = len(branches) - 2
+        index = tf.where(too_big | (fmt == _F.UNKNOWN), len(branches) - 1,
+                         tf.minimum(fmt, first_optional))
+        img, reason = tf.switch_case(index, branches)
+        img.set_shape([None, None, c])
         return img, reason
+
+
+_NO_FALLBACK = ("%s needs the Pillow fallback decoder, which cannot run on tf.data service "
+                "workers (service=)")

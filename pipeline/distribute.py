@@ -47,6 +47,7 @@ import tensorflow as tf
 from absl import logging
 
 from pipeline import config as config_lib
+from pipeline import stack
 
 PROCESSING_MODES = {
     "off": tf.data.experimental.service.ShardingPolicy.OFF,
@@ -129,11 +130,15 @@ def distribute_dataset(strategy: tf.distribute.Strategy, factory: Callable, *arg
 def _register_tfio_ops(load_tfio: bool):
     """Imports tensorflow-io so its ops (WebP/TIFF/EXIF decode) are registered.
 
-    Pipeline graphs that meet WebP, TIFF, EXIF JPEGs or remote URIs contain
-    tensorflow-io ops; a dispatcher or worker without them refuses the job with
+    Pipeline graphs that meet TIFF, AVIF, WebP (before TF 2.18) or remote URIs
+    contain tensorflow-io ops; a dispatcher or worker without them refuses the job with
     "Op type not registered 'IO>DecodeTiffInfo'" (seen here on real photos).
     """
     if not load_tfio:
+        return
+    if not stack.tfio_status().available:
+        logging.warning("pipeline: %s; jobs whose graphs need its ops (WebP before TF 2.18, "
+                        "TIFF, AVIF, s3:// URIs) will be refused", stack.tfio_status().reason)
         return
     try:
         # The op library is loaded lazily on first attribute access: force it.

@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from pipeline import config as config_lib
+from pipeline import checks
 
 
 def _arity(fn) -> int:
@@ -123,11 +123,11 @@ def from_generator(fn, output_signature, num_parallel: int = 1,
     """
     if not callable(fn):
         raise ValueError(f"`fn` must be callable. Received: fn={fn!r}")
-    num_parallel = config_lib._check_int("num_parallel", num_parallel)
-    batch_size = config_lib._check_int("batch_size", batch_size, allow_none=True)
-    shuffle_buffer_size = config_lib._check_int("shuffle_buffer_size", shuffle_buffer_size,
+    num_parallel = checks.check_int("num_parallel", num_parallel)
+    batch_size = checks.check_int("batch_size", batch_size, allow_none=True)
+    shuffle_buffer_size = checks.check_int("shuffle_buffer_size", shuffle_buffer_size,
                                                 minimum=0)
-    prefetch = config_lib._check_int("prefetch", prefetch, minimum=0)
+    prefetch = checks.check_int("prefetch", prefetch, minimum=0)
     try:
         tf.nest.map_structure(lambda s: s if isinstance(s, tf.TensorSpec) else 1 / 0,
                               output_signature)

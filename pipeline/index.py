@@ -1,138 +1,191 @@
-"""Index: folders / path lists -> plain data (paths, labels, class names).
+"""Index: folders and path lists -> plain data (paths, labels, class names).
 
-Works on strings and file headers only, never pixels. The result is an
-``Index`` that can be inspected, saved and tested without TensorFlow graphs.
+Works on strings only: a folder is listed (one ``scandir`` per folder, or one
+``listdir`` per remote folder) and nothing is opened. Every per-file check
+happens later, in graph, while the first batches decode (see
+``pipeline.decode``): the format from the content, the header's dimensions
+against ``max_pixels``, EXIF orientation, empty and unreadable files. The
+only exceptions are symbolic links (one ``stat`` each, to name dangling
+links and loops) and TIFF files (their strip extents are checked with
+Pillow's header reader, since libtiff silently fills a truncated file).
 
-Every local file's first bytes are read once here (in a thread pool), so that
-zero-byte, unreadable and non-image files are caught at index time and the
-format of each file is known before the graph is built (tensorflow-io is then
-imported only when some file needs it).
+The ``Index`` is columnar: a list of path strings (as Keras keeps) plus numpy
+arrays, so it holds a few bytes per file beyond the path itself.
 """
 
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import dataclasses
-import errno
+import numbers
 import os
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
+import numpy as np
 from absl import logging
 
-from pipeline import config
-
-# File extensions counted as images when listing folders (matched lowercase).
-IMAGE_EXTENSIONS = (
-    ".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".dib", ".webp",
-    ".tif", ".tiff", ".avif", ".jp2", ".j2k", ".pnm", ".ppm", ".pgm", ".pbm",
-    ".exr", ".hdr",
-)
-SNIFF_BYTES = 4096
-# Formats decoded by TensorFlow core; everything else needs tensorflow-io.
-TF_FORMATS = ("jpeg", "png", "gif", "bmp")
-TFIO_FORMATS = ("webp", "tiff")
-EXT_FORMAT = {
-    ".jpg": "jpeg", ".jpeg": "jpeg", ".jpe": "jpeg", ".jfif": "jpeg",
-    ".png": "png", ".gif": "gif", ".bmp": "bmp", ".dib": "bmp", ".webp": "webp",
-    ".tif": "tiff", ".tiff": "tiff",
-}
-
-
-def sniff_format(head: bytes) -> Optional[str]:
-    """Returns the image format named by a file's first bytes, or None.
-
-    Recognises JPEG (FF D8 FF), PNG, GIF87a/89a, BMP ("BM"), WebP (RIFF....WEBP)
-    and TIFF (II*\\0 / MM\\0*), the formats ``pipeline`` decodes.
-    """
-    if head[:3] == b"\xff\xd8\xff":
-        return "jpeg"
-    if head[:8] == b"\x89PNG\r\n\x1a\n":
-        return "png"
-    if head[:6] in (b"GIF87a", b"GIF89a"):
-        return "gif"
-    if head[:2] == b"BM":
-        return "bmp"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    if head[:4] in (b"II*\x00", b"MM\x00*"):
-        return "tiff"
-    return None
-
-
-def describe_start(head: bytes) -> str:
-    return f"not an image (starts with {bytes(head[:8])!r})"
+from pipeline import checks
+from pipeline import formats
+from pipeline import read
 
 
 @dataclasses.dataclass
-class FileInfo:
-    """What index time learned of one file from its first bytes."""
-    path: str
-    size: int = -1                 # bytes; -1 when unknown (remote, unread)
-    format: Optional[str] = None   # sniffed from content; None when unknown
-    error: str = ""                # reason the file is bad, "" when fine so far
-    has_exif: bool = False         # a JPEG with an EXIF APP1 segment up front
-    orientation: Optional[int] = None  # its EXIF orientation tag (1-8); None = not read
+class Index:
+    """Paths, labels and class names of a dataset.
+
+    Attributes:
+        paths: list of str, file paths or URIs, in index order.
+        labels: None, or a numpy array: int64 ``[n]`` class indices
+            (``label_kind="int"``), float32 ``[n]`` targets ("float") or
+            float32 ``[n, k]`` vectors ("vector": multi-hot or several columns).
+        class_names: list of str or None.
+        weights: float32 ``[n]`` sample weights, or None (manifests only).
+        errors: {row: reason} for files known to be bad before reading
+            (dangling links, link loops, truncated TIFFs, missing files).
+        left_out: paths of files the listing left out because their
+            extension is not an image extension (hidden files not counted).
+    """
+    paths: List[str]
+    labels: Optional[np.ndarray]
+    class_names: Optional[List[str]]
+    weights: Optional[np.ndarray] = None
+    errors: Dict[int, str] = dataclasses.field(default_factory=dict)
+    left_out: List[str] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self):
+        if self.labels is not None and not isinstance(self.labels, np.ndarray):
+            self.labels = as_label_array(self.labels)
+        if self.weights is not None and not isinstance(self.weights, np.ndarray):
+            self.weights = np.asarray(self.weights, np.float32)
+
+    def __len__(self):
+        return len(self.paths)
 
     @property
-    def exif_code(self) -> int:
-        """What the decoder does about orientation: 0 nothing, 2-8 apply that
-        EXIF tag (read here), -1 read the tag in graph (tensorflow-io)."""
-        if is_remote(self.path) or (self.has_exif and self.orientation is None):
-            return -1
-        return self.orientation if self.has_exif and self.orientation > 1 else 0
+    def label_kind(self) -> Optional[str]:
+        """"int", "float", "vector" or None (no labels)."""
+        if self.labels is None:
+            return None
+        if self.labels.ndim == 2:
+            return "vector"
+        return "int" if np.issubdtype(self.labels.dtype, np.integer) else "float"
 
     @property
-    def ext_mismatch(self) -> bool:
-        ext = os.path.splitext(self.path)[1].lower()
-        want = EXT_FORMAT.get(ext)
-        return bool(self.format and want and want != self.format)
+    def num_classes(self) -> int:
+        if self.class_names:
+            return len(self.class_names)
+        if self.label_kind == "int" and len(self.labels):
+            return int(self.labels.max()) + 1
+        if self.label_kind == "vector":
+            return int(self.labels.shape[1])
+        return 0
+
+    def subset(self, rows: Sequence[int]) -> "Index":
+        rows = np.asarray(rows, np.int64)
+        where = {int(r): k for k, r in enumerate(rows)}
+        return Index(
+            [self.paths[int(i)] for i in rows],
+            None if self.labels is None else self.labels[rows],
+            self.class_names,
+            None if self.weights is None else self.weights[rows],
+            {where[r]: e for r, e in self.errors.items() if r in where})
+
+    @property
+    def bad(self) -> List[tuple]:
+        """(path, reason) of the files known to be bad at index time."""
+        return [(self.paths[r], e) for r, e in sorted(self.errors.items())]
+
+    def sizes(self) -> np.ndarray:
+        """File sizes in bytes (int64 ``[n]``, -1 when unreadable); stats every file."""
+        return np.fromiter((read.file_size(p) for p in self.paths), np.int64, len(self.paths))
 
 
-def is_remote(path: str) -> bool:
-    return "://" in path
+def as_label_array(labels) -> np.ndarray:
+    """A label list as int64 ``[n]``, float32 ``[n]`` or float32 ``[n, k]``."""
+    if len(labels) and isinstance(labels[0], (list, tuple, np.ndarray)):
+        return np.asarray(labels, np.float32)
+    if any(isinstance(v, (float, np.floating)) for v in labels):
+        return np.asarray(labels, np.float32)
+    return np.asarray(labels, np.int64)
 
 
-def sniff_file(path: str) -> FileInfo:
-    """Reads a file's first bytes and classifies it; never raises."""
-    info = FileInfo(path)
-    if is_remote(path):
-        return info
-    try:
-        info.size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            info.error = "symbolic-link loop"
-        elif os.path.islink(path) and not os.path.exists(path):
-            info.error = "dangling symbolic link"
+def _check_int_labels(labels, class_names) -> np.ndarray:
+    """Class indices as int64, each in [0, len(class_names)) (or >= 0).
+
+    Raises:
+        ValueError: a label that is not an integer, or out of range; its
+            position is named.
+    """
+    for i, v in enumerate(labels):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+            raise ValueError(
+                "`labels` must be all int class indices or all str class names (one class "
+                "per path; multi-label and float targets come from from_manifest). "
+                f"{checks.received(f'labels[{i}]', v)}")
+        if v < 0 or (class_names is not None and v >= len(class_names)):
+            bound = f"< len(class_names)={len(class_names)}" if class_names is not None else ""
+            raise ValueError(f"`labels` must be class indices >= 0 {bound}. "
+                             f"{checks.received(f'labels[{i}]', v)}")
+    return np.asarray(labels, np.int64)
+
+
+def list_images(folder: str, follow_links: bool = False, top: Optional[str] = None):
+    """Image files under ``folder`` (recursively), sorted, and the rows already known bad.
+
+    Hidden files and folders and files without an image extension
+    (case-insensitive: ``.JPEG`` counts) are ignored, counted and logged once.
+    Symbolic links are kept, so that dangling ones are reported as bad files
+    rather than silently dropped.
+
+    Returns:
+        (list of str paths, {position: reason}, list of paths left out for
+        their extension).
+    """
+    out, errors, hidden, left_out = [], {}, 0, []
+    for path, why, problem in read.walk(folder, follow_links, top):
+        if why:
+            hidden += 1
+        elif path.lower().endswith(formats.IMAGE_EXTENSIONS):
+            if problem:
+                errors[len(out)] = problem
+            out.append(path)
         else:
-            info.error = f"unreadable file ({e.strerror or e})"
-        return info
-    if info.size == 0:
-        info.error = "empty file (0 bytes)"
-        return info
-    info.format = sniff_format(head)
-    if info.format is None:
-        info.error = describe_start(head)
-    elif info.format == "jpeg":
-        info.has_exif = b"Exif\x00\x00" in head
-        if info.has_exif:
-            info.orientation = read_orientation(path)
-    elif info.format == "tiff":
-        info.error = tiff_truncation(path, info.size)
-    return info
+            left_out.append(path)
+    if hidden:
+        logging.info("pipeline: ignored %d hidden file(s) under %s", hidden, folder)
+    return out, errors, left_out
 
 
-def tiff_truncation(path: str, size: int) -> str:
+def warn_left_out(left_out: Sequence[str], directory: str) -> None:
+    """One warning (seen at the default log level) counting the files left out."""
+    if left_out:
+        exts = collections.Counter(os.path.splitext(p)[1].lower() or "(none)" for p in left_out)
+        logging.warning(
+            "pipeline: left out %d file(s) under %s whose extension is not an image "
+            "extension (%s), e.g. %s; pipeline.scan lists them. Image extensions: %s",
+            len(left_out), directory, ", ".join(f"{e}: {n}" for e, n in exts.most_common(5)),
+            left_out[0], " ".join(formats.IMAGE_EXTENSIONS))
+
+
+def check_tiffs(paths: Sequence[str], errors: Dict[int, str]) -> Dict[int, str]:
+    """Adds truncated local TIFFs (by extension) to ``errors``; no other file is opened."""
+    for i, p in enumerate(paths):
+        if i not in errors and p.lower().endswith((".tif", ".tiff")) and not read.is_remote(p):
+            why = tiff_truncation(p)
+            if why:
+                errors[i] = why
+    return errors
+
+
+def tiff_truncation(path: str) -> str:
     """"" or why a TIFF is cut short: its image data (strip or tile offsets +
     byte counts, read with Pillow from the first IFD) runs past the file's end.
 
     libtiff (through tensorflow-io) decodes such a file without an error,
-    filling the missing part, so it is refused here, at index time.
+    filling the missing part, so it is refused here.
     """
     import warnings  # pylint: disable=import-outside-toplevel
+    size = read.file_size(path)
     try:
         from PIL import Image  # pylint: disable=import-outside-toplevel
         with warnings.catch_warnings():
@@ -144,166 +197,42 @@ def tiff_truncation(path: str, size: int) -> str:
     except Exception:  # noqa: BLE001 - left to the decoder, which reports it
         return ""
     end = max((int(o) + int(c) for o, c in zip(offsets, counts)), default=0)
-    if end > size:
-        return (f"truncated TIFF (image data runs to byte {end}, the file has {size})")
+    if end > size >= 0:
+        return f"truncated TIFF (image data runs to byte {end}, the file has {size})"
     return ""
 
 
-def read_orientation(path: str) -> Optional[int]:
-    """A JPEG's EXIF orientation tag (0x0112), 1-8; 1 when absent or invalid.
-
-    Read with Pillow, which parses the headers only (no pixels). None when
-    Pillow cannot read them; the tag is then read in graph by tensorflow-io.
-    """
-    try:
-        from PIL import Image  # pylint: disable=import-outside-toplevel
-        with Image.open(path) as im:
-            tag = im.getexif().get(0x0112)
-    except Exception:  # noqa: BLE001 - a broken header is left to the decoder
-        return None
-    return tag if isinstance(tag, int) and 1 <= tag <= 8 else 1
-
-
-def sniff_files(paths: Sequence[str], workers: Optional[int] = None) -> List[FileInfo]:
-    """``sniff_file`` for many paths in a thread pool (order kept)."""
-    if not paths:
-        return []
-    workers = workers or min(32, 4 * config.cpu_count())
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(sniff_file, paths, chunksize=64))
-
-
-@dataclasses.dataclass
-class Index:
-    """Paths, labels and class names of a dataset, plus what sniffing found.
-
-    Attributes:
-        paths: list of str, file paths or URIs, in index order.
-        labels: list of int class indices (or None for unlabelled data).
-        class_names: list of str or None.
-        infos: one ``FileInfo`` per path.
-        weights: list of float sample weights, or None (manifests only).
-    """
-    paths: List[str]
-    labels: Optional[list]
-    class_names: Optional[List[str]]
-    infos: List[FileInfo]
-    weights: Optional[List[float]] = None
-
-    def __len__(self):
-        return len(self.paths)
-
-    def subset(self, rows: Sequence[int]) -> "Index":
-        return Index(
-            [self.paths[i] for i in rows],
-            None if self.labels is None else [self.labels[i] for i in rows],
-            self.class_names,
-            [self.infos[i] for i in rows],
-            None if self.weights is None else [self.weights[i] for i in rows])
-
-    @property
-    def formats(self) -> collections.Counter:
-        return collections.Counter(i.format for i in self.infos)
-
-    @property
-    def bad(self) -> List[FileInfo]:
-        return [i for i in self.infos if i.error]
-
-
-def _is_hidden(name: str) -> bool:
-    return name.startswith(".") or name.startswith("__MACOSX")
-
-
-def _walk_files(folder: str, follow_links: bool, top: Optional[str] = None):
-    """Yields (path, ignored_reason or None) under folder, sorted.
-
-    With ``follow_links``, a linked folder that leads back to one of its own
-    ancestors (or to ``top``, the dataset root) is a loop: it is skipped and
-    logged, so the walk always ends and no file is listed twice through it.
-    """
-    def walk(d, ancestors):
-        try:
-            real = os.path.realpath(d)
-        except OSError:
-            return
-        if real in ancestors:
-            logging.warning("pipeline: skipping %s: symbolic-link loop back to %s", d, real)
-            return
-        ancestors = ancestors | {real}
-        try:
-            entries = sorted(os.scandir(d), key=lambda e: e.name)
-        except OSError as e:
-            logging.warning("pipeline: cannot list folder %s: %s", d, e)
-            return
-        for e in entries:
-            if _is_hidden(e.name):
-                yield e.path, "hidden"
-                continue
-            try:
-                is_dir = e.is_dir(follow_symlinks=follow_links)
-            except OSError:
-                is_dir = False
-            if is_dir:
-                yield from walk(e.path, ancestors)
-            else:
-                yield e.path, None
-
-    yield from walk(folder, frozenset([os.path.realpath(top)]) if top else frozenset())
-
-
-def list_images(folder: str, follow_links: bool = False, top: Optional[str] = None):
-    """Image files under ``folder`` (recursively), sorted; logs what it ignores.
-
-    Hidden files and folders (names starting with '.') and files whose extension
-    is not an image extension (case-insensitive) are ignored, counted and logged
-    once. Dangling symbolic links with an image extension are kept, so that they
-    are reported as bad files rather than silently dropped.
-
-    Returns:
-        list of str paths.
-    """
-    out, ignored = [], collections.Counter()
-    for path, why in _walk_files(folder, follow_links, top):
-        if why:
-            ignored[why] += 1
-        elif os.path.splitext(path)[1].lower() in IMAGE_EXTENSIONS:
-            out.append(path)
-        else:
-            ignored["not an image extension"] += 1
-    if ignored:
-        logging.info("pipeline: ignored %d file(s) under %s: %s", sum(ignored.values()),
-                     folder, dict(ignored))
-    return out
-
-
-def index_directory(directory: str, labels="inferred", class_names=None,
-                    follow_links: bool = False, sniff: bool = True) -> Index:
-    """Lists ``directory`` into an ``Index``, as Keras' image_dataset_from_directory.
+def index_directory(directory, labels="inferred", class_names=None,
+                    follow_links: bool = False) -> Index:
+    """Lists a folder (local or URI) into an ``Index``, as Keras' image_dataset_from_directory.
 
     With ``labels="inferred"``, each sub-folder is a class; class names are the
     sorted sub-folder names (or ``class_names``, which fixes order and subset).
-    Files are ordered by class, then by path. With a sequence of labels, they are
-    given in the sorted order of all image files under ``directory``.
+    Files are ordered by class, then by path. With a sequence of labels, they
+    are given in the sorted order of all image files under ``directory``.
 
     Raises:
         FileNotFoundError: ``directory`` does not exist (the path is named).
-        ValueError: no class folders, an unknown class name, or no images.
+        ValueError: not a folder, no class folders, an unknown class name,
+            bad labels, or no images.
     """
     directory = os.fspath(directory)
-    if is_remote(directory):
-        from pipeline import remote  # lazily: imports tensorflow_io
-        return remote.index_directory(directory, labels, class_names)
-    if not os.path.isdir(directory):
-        if os.path.exists(directory):
+    remote = read.is_remote(directory)
+    if remote:
+        directory = directory.rstrip("/")
+        read.ensure_filesystem(directory)
+    if not read.isdir(directory):
+        if read.exists(directory):
             raise ValueError(f"`directory` is not a folder. Received: directory={directory!r}")
-        raise FileNotFoundError(f"`directory` does not exist: {directory!r}")
-    class_names = config.check_class_names(class_names)
+        raise FileNotFoundError(f"`directory` does not exist: {directory!r}"
+                                + (" (check the URI and its credentials)" if remote else ""))
+    class_names = checks.check_class_names(class_names)
     paths: List[str] = []
-    label_list: Optional[list] = None
+    errors: Dict[int, str] = {}
+    left_out: List[str] = []
+    label_list = None
     if isinstance(labels, str) and labels == "inferred":
-        subdirs = sorted(
-            e.name for e in os.scandir(directory)
-            if not _is_hidden(e.name) and e.is_dir(follow_symlinks=True))
+        subdirs = [n for n, is_dir in read.listdir(directory) if is_dir and not read.is_hidden(n)]
         if not subdirs:
             raise ValueError(
                 "`labels='inferred'` needs class sub-folders, but the directory has "
@@ -317,63 +246,44 @@ def index_directory(directory: str, labels="inferred", class_names=None,
                     f"{'...' if len(subdirs) > 20 else ''}. Received: class_names={class_names!r}")
         else:
             class_names = subdirs
-        label_list = []
-        empty = []
-        for k, name in enumerate(class_names):
-            files = list_images(os.path.join(directory, name), follow_links, directory)
+        counts, empty = [], []
+        for name in class_names:
+            files, errs, skipped = list_images(read.join(directory, name), follow_links,
+                                               directory)
+            errors.update({len(paths) + k: e for k, e in errs.items()})
+            left_out.extend(skipped)
+            paths.extend(files)
+            counts.append(len(files))
             if not files:
                 empty.append(name)
-            paths.extend(files)
-            label_list.extend([k] * len(files))
         if empty:
             logging.warning("pipeline: class folder(s) with no images: %s", empty)
+        label_list = np.repeat(np.arange(len(class_names), dtype=np.int64), counts)
     else:
-        paths = list_images(directory, follow_links)
+        paths, errors, left_out = list_images(directory, follow_links)
         if labels is not None:
-            label_list = list(labels)
-            if len(label_list) != len(paths):
+            given = list(labels)
+            if len(given) != len(paths):
                 raise ValueError(
-                    f"`labels` has {len(label_list)} entries but {directory!r} has "
-                    f"{len(paths)} image files (sorted order). Received: labels=<{len(label_list)} items>")
-            label_list = _check_int_labels(label_list, class_names)
+                    f"`labels` has {len(given)} entries but {directory!r} has "
+                    f"{len(paths)} image files (sorted order). Received: labels=<{len(given)} items>")
+            label_list = _check_int_labels(given, class_names)
+    warn_left_out(left_out, directory)
     if not paths:
         raise ValueError(f"No image files found in `directory`. Received: directory={directory!r}")
-    infos = sniff_files(paths) if sniff else [FileInfo(p) for p in paths]
-    return Index(paths, label_list, class_names, infos)
+    return Index(paths, label_list, class_names, None, check_tiffs(paths, errors), left_out)
 
 
-def _check_int_labels(labels, class_names):
-    """Class indices as Python ints, each in [0, len(class_names)) (or >= 0).
-
-    Raises:
-        ValueError: a label that is not an integer (or a str class name where
-            the first label is one), or out of range; its position is named.
-    """
-    import numbers  # pylint: disable=import-outside-toplevel
-    out = []
-    for i, l in enumerate(labels):
-        if isinstance(l, bool) or not isinstance(l, numbers.Integral):
-            raise ValueError(
-                "`labels` must be all int class indices or all str class names (one class "
-                "per path; multi-label and float targets come from from_manifest). "
-                f"Received: labels[{i}]={l!r}")
-        if l < 0 or (class_names is not None and l >= len(class_names)):
-            bound = f"< len(class_names)={len(class_names)}" if class_names is not None else ""
-            raise ValueError(f"`labels` must be class indices >= 0 {bound}. "
-                             f"Received: labels[{i}]={l!r}")
-        out.append(int(l))
-    return out
-
-
-def index_paths(paths, labels=None, class_names=None, sniff: bool = True) -> Index:
+def index_paths(paths, labels=None, class_names=None) -> Index:
     """Turns a list of paths (and optional labels) into an ``Index``.
 
     ``labels`` may be ints (class indices), strings (class names: the sorted
-    unique strings, or ``class_names``, give the index), or None.
+    unique strings, or ``class_names``, give the index), or None. Files are
+    not opened: a missing file is reported when the dataset meets it.
 
     Raises:
-        ValueError: empty ``paths``, ``labels`` of another length, or a string
-            label not in ``class_names``.
+        ValueError: empty ``paths``, a single path, ``labels`` of another
+            length, a bad label, or a string label not in ``class_names``.
     """
     if hasattr(paths, "numpy"):
         paths = [p.decode() if isinstance(p, bytes) else str(p) for p in paths.numpy().tolist()]
@@ -384,18 +294,18 @@ def index_paths(paths, labels=None, class_names=None, sniff: bool = True) -> Ind
     paths = [os.fspath(p) if not isinstance(p, bytes) else p.decode() for p in paths]
     if not paths:
         raise ValueError("`paths` is empty. Received: paths=[]")
-    class_names = config.check_class_names(class_names)
+    class_names = checks.check_class_names(class_names)
     label_list = None
     if labels is not None:
         if hasattr(labels, "numpy"):
             labels = labels.numpy().tolist()
-        label_list = list(labels)
-        if len(label_list) != len(paths):
+        given = list(labels.tolist() if isinstance(labels, np.ndarray) else labels)
+        if len(given) != len(paths):
             raise ValueError(
                 f"`labels` must have one entry per path: {len(paths)} paths, "
-                f"{len(label_list)} labels. Received: labels=<{len(label_list)} items>")
-        if label_list and isinstance(label_list[0], (str, bytes)):
-            strs = [l.decode() if isinstance(l, bytes) else l for l in label_list]
+                f"{len(given)} labels. Received: labels=<{len(given)} items>")
+        if given and isinstance(given[0], (str, bytes)):
+            strs = [v.decode() if isinstance(v, bytes) else v for v in given]
             if class_names is None:
                 class_names = sorted(set(strs))
             lookup = {c: k for k, c in enumerate(class_names)}
@@ -404,25 +314,22 @@ def index_paths(paths, labels=None, class_names=None, sniff: bool = True) -> Ind
                 raise ValueError(
                     f"`labels` has class(es) not in `class_names`: {unknown[:10]}. "
                     f"Received: class_names={class_names!r}")
-            label_list = [lookup[s] for s in strs]
+            label_list = np.asarray([lookup[s] for s in strs], np.int64)
         else:
-            label_list = _check_int_labels(label_list, class_names)
-    infos = sniff_files(paths) if sniff else [FileInfo(p) for p in paths]
-    return Index(paths, label_list, class_names, infos)
+            label_list = _check_int_labels(given, class_names)
+    return Index(paths, label_list, class_names, None, check_tiffs(paths, {}))
 
 
 def split(index: Index, validation_split: float, seed: Optional[int]):
-    """Splits an Index into (training, validation), disjoint and complete.
+    """Splits an Index into (training, validation), disjoint and complete, as Keras does.
 
-    Rows are permuted with ``numpy.random.RandomState(seed or 0)`` and the last
-    ``round(n * validation_split)`` rows form the validation subset, so the same
-    seed gives the same split in separate calls.
+    Rows are permuted with ``numpy.random.RandomState(seed or 0)`` (Keras
+    shuffles its file list with the same generator) and the last
+    ``int(n * validation_split)`` rows form the validation subset, so the
+    same seed gives Keras' split and the same split in separate calls. Each
+    subset keeps index order (shuffling happens per epoch).
     """
-    import numpy as np
-
     n = len(index)
-    n_val = int(round(n * validation_split))
+    n_val = int(n * validation_split)
     rows = np.random.RandomState(0 if seed is None else seed).permutation(n)
-    train_rows = sorted(rows[: n - n_val].tolist())
-    val_rows = sorted(rows[n - n_val:].tolist())
-    return index.subset(train_rows), index.subset(val_rows)
+    return index.subset(np.sort(rows[: n - n_val])), index.subset(np.sort(rows[n - n_val:]))

@@ -15,9 +15,9 @@ import os
 import posixpath
 from typing import List, Optional, Sequence
 
-from pipeline import build as build_lib
-from pipeline import config as config_lib
+from pipeline import checks
 from pipeline import index as index_lib
+from pipeline import read
 
 JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")
 MANIFEST_EXTENSIONS = (".csv", ".tsv") + JSONL_EXTENSIONS
@@ -36,11 +36,8 @@ def is_manifest(path) -> bool:
 
 
 def _open_text(path: str):
-    if index_lib.is_remote(path):
-        from pipeline import remote  # lazily: imports tensorflow_io for s3:// etc.
-        remote.ensure_filesystem(path)
-        import tensorflow as tf
-        return io.StringIO(tf.io.gfile.GFile(path, "r").read())
+    if read.is_remote(path):
+        return io.StringIO(read.read_text(path), newline="")
     return open(path, newline="", encoding="utf-8-sig")
 
 
@@ -72,13 +69,13 @@ def _rows(path: str):
 
 
 def _resolve(raw: str, root: str, allow_outside_root: bool, where: str) -> str:
-    if index_lib.is_remote(raw):
+    if read.is_remote(raw):
         if not allow_outside_root and not (root and raw.startswith(root.rstrip("/") + "/")):
             raise ManifestError(
                 f"{where}: path {raw!r} is an absolute URI outside root {root!r}; pass "
                 "allow_outside_root=True to allow it")
         return raw
-    if index_lib.is_remote(root):
+    if read.is_remote(root):
         if raw.startswith("/"):
             if not allow_outside_root:
                 raise ManifestError(f"{where}: path {raw!r} is absolute; pass "
@@ -149,7 +146,7 @@ def _cell_kind(value):
 def index_manifest(manifest, path_column: str = "path", label_columns=None,
                    root: Optional[str] = None, weight_column: Optional[str] = None,
                    allow_outside_root: bool = False, label_mode=AUTO, class_names=None,
-                   sniff: bool = True, missing_ok: bool = False):
+                   missing_ok: bool = False):
     """Parses a manifest into an ``Index`` (paths, labels, class names, weights).
 
     Args: see ``from_manifest``. ``missing_ok``: keep rows whose file is
@@ -166,20 +163,20 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
             the manifest file and the line number.
     """
     manifest = os.fspath(manifest)
-    remote = index_lib.is_remote(manifest)
+    remote = read.is_remote(manifest)
     if not remote and not os.path.isfile(manifest):
         raise FileNotFoundError(f"`manifest` does not exist: {manifest!r}")
     if not manifest.lower().endswith(MANIFEST_EXTENSIONS):
         raise ValueError(f"`manifest` must be a .csv, .tsv, .jsonl or .json (JSON Lines) file. "
                          f"Received: manifest={manifest!r}")
     if label_mode != AUTO:
-        config_lib._check_choice("label_mode", label_mode, MANIFEST_LABEL_MODES)
+        checks.check_choice("label_mode", label_mode, MANIFEST_LABEL_MODES)
     if root is None:
         root = posixpath.dirname(manifest) if remote else os.path.dirname(
             os.path.abspath(manifest))
     else:
         root = os.fspath(root)
-        if not index_lib.is_remote(root):
+        if not read.is_remote(root):
             root = os.path.abspath(root)
     if isinstance(label_columns, str):
         label_columns = [label_columns]
@@ -188,7 +185,7 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
         label_columns = list(label_columns)
         if not label_columns:
             raise ValueError("`label_columns` is empty. Received: label_columns=[]")
-    class_names = config_lib.check_class_names(class_names)
+    class_names = checks.check_class_names(class_names)
 
     paths: List[str] = []
     lines: List[int] = []
@@ -226,14 +223,16 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
 
     labels, class_names, label_mode = _labels(raw_labels, label_columns, label_mode,
                                               class_names)
-    infos = index_lib.sniff_files(paths) if sniff else [index_lib.FileInfo(p) for p in paths]
-    if not missing_ok:
-        for info, line_no in zip(infos, lines):
-            if info.error and not index_lib.is_remote(info.path) and not os.path.lexists(
-                    info.path):
-                raise FileNotFoundError(
-                    f"{manifest}, line {line_no}: file not found: {info.path!r}")
-    return index_lib.Index(paths, labels, class_names, infos, weights), label_mode
+    errors = {}
+    for row, (path, line_no) in enumerate(zip(paths, lines)):
+        if read.is_remote(path) or os.path.exists(path):
+            continue
+        why = read.link_problem(path) if os.path.lexists(path) else "file not found"
+        if not missing_ok:
+            raise FileNotFoundError(f"{manifest}, line {line_no}: {why}: {path!r}")
+        errors[row] = f"{why} (listed on line {line_no} of {os.path.basename(manifest)})"
+    errors = index_lib.check_tiffs(paths, errors)
+    return index_lib.Index(paths, labels, class_names, weights, errors), label_mode
 
 
 def _labels(raw_labels, label_columns, label_mode, class_names):
@@ -323,69 +322,3 @@ def _labels(raw_labels, label_columns, label_mode, class_names):
                                 f"class_names {class_names[:20]}")
         labels.append(lookup[s])
     return labels, class_names, label_mode
-
-
-def from_manifest(manifest, path_column: str = "path", label_columns=None, root=None,
-                  weight_column=None, allow_outside_root: bool = False, label_mode=AUTO,
-                  class_names=None, **options):
-    """A CSV or JSON Lines manifest of image paths -> a streaming ``tf.data.Dataset``.
-
-    The manifest is a CSV/TSV file with a header row, or JSON Lines (``.jsonl``,
-    ``.json`` or ``.ndjson``: one JSON object per line). It is parsed once, at
-    index time, with the ``csv`` / ``json`` standard modules; images are then
-    read, decoded and resized in graph exactly as ``from_directory`` does.
-
-    Args:
-        manifest: str path (local, or ``s3://`` / ``gs://`` URI) of the manifest.
-        path_column: str, the column holding image paths. Relative paths are
-            resolved against ``root``.
-        label_columns: None (use the column ``"label"`` when the manifest has
-            one, else no labels), a column name, or a list of column names
-            (each a number; ``y`` is then a float32 vector, one entry per column,
-            and ``class_names`` defaults to the column names).
-        root: str folder or URI that relative paths resolve against; default the
-            manifest's folder.
-        weight_column: None or a column of float sample weights; elements are
-            then ``(x, y, sample_weight)`` with ``sample_weight`` float32 scalar
-            (``[batch]`` batched), as Keras ``fit`` accepts.
-        allow_outside_root: bool; by default an absolute path, or one whose
-            ``..`` escapes ``root``, is refused.
-        label_mode: "auto" (default), "int", "categorical", "binary",
-            "multi_hot", "float" or None. "auto" picks "multi_hot" when a cell is
-            a JSON list or a ``|``-separated CSV string, "float" when a number
-            has a fraction, else "int".
-
-            * "int": int32 class index. Cells are integers (the index itself) or
-              class-name strings (``class_names``, default the sorted unique
-              names, gives the index).
-            * "categorical" / "binary": as ``from_directory``.
-            * "multi_hot": float32 ``[num_classes]`` with 1.0 at every listed
-              class (``"cat|dog"`` in CSV, ``["cat", "dog"]`` in JSON).
-            * "float": float32 regression target, scalar (or ``[len(label_columns)]``).
-        class_names: sequence of str or None; fixes the class order.
-        **options: the shared image options (``image_size``, ``batch_size``,
-            ``shuffle``, ``seed``, ``on_error``, ...), see below.
-
-    Returns:
-        A ``tf.data.Dataset`` of ``(images, labels)``, ``(images, labels,
-        sample_weights)`` or ``images``; images uint8 ``[batch, height, width,
-        channels]`` unless ``dtype`` says otherwise. Attributes ``class_names``,
-        ``file_paths``.
-
-    Raises:
-        FileNotFoundError: the manifest or a listed local file is missing (the
-            message names the manifest line).
-        ValueError: a bad argument; or (``ManifestError``) a missing column, an
-            empty path, an unparseable label or a path escaping ``root``, with
-            the manifest's file name and line number.
-    """
-    if "label_mode" in options:  # pragma: no cover - it is a named argument
-        label_mode = options.pop("label_mode")
-    opts_probe = dict(options)
-    config_lib.make_options(**opts_probe)  # validate before any work
-    idx, mode = index_manifest(manifest, path_column, label_columns, root, weight_column,
-                               allow_outside_root, label_mode, class_names,
-                               missing_ok=options.get("on_error") == "skip")
-    opts = config_lib.make_options(**{**options, "label_mode": mode})
-    from pipeline import sources
-    return sources._finish(idx, opts)

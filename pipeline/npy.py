@@ -19,7 +19,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from pipeline import config as config_lib
+from pipeline import checks
 
 # dtypes tf.io.decode_raw can produce.
 DECODE_RAW_DTYPES = (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
@@ -159,10 +159,10 @@ def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[in
             each names the file.
         FileNotFoundError: a listed file does not exist.
     """
-    batch_size = config_lib._check_int("batch_size", batch_size, allow_none=True)
-    shuffle_buffer_size = config_lib._check_int("shuffle_buffer_size", shuffle_buffer_size)
-    cycle_length = config_lib._check_int("cycle_length", cycle_length, allow_none=True)
-    prefetch = config_lib._check_int("prefetch", prefetch, minimum=0)
+    batch_size = checks.check_int("batch_size", batch_size, allow_none=True)
+    shuffle_buffer_size = checks.check_int("shuffle_buffer_size", shuffle_buffer_size)
+    cycle_length = checks.check_int("cycle_length", cycle_length, allow_none=True)
+    prefetch = checks.check_int("prefetch", prefetch, minimum=0)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
                              or not 0 <= seed < 2 ** 63):
         raise ValueError(f"`seed` must be an int in [0, 2**63) or None. Received: seed={seed!r}")
@@ -185,7 +185,7 @@ def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[in
     total = sum(i.rows for i in x_infos)
     if total == 0:
         raise ValueError(f"The shards hold no rows. Received: inputs={inputs!r}")
-    parallel = num_parallel_calls or 2 * config_lib.cpu_count()
+    parallel = num_parallel_calls or 2 * checks.cpu_count()
     det = deterministic if deterministic is not None else (seed is not None or not shuffle)
     cycle = min(len(x_files), cycle_length or 4)
 

@@ -58,7 +58,7 @@ from pipeline import index as index_lib
 
 
 def _index(spec):
-    idx = index_lib.index_directory(spec["data_dir"], sniff=False)
+    idx = index_lib.index_directory(spec["data_dir"])
     return list(idx.paths), list(idx.labels), idx
 
 

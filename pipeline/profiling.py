@@ -30,9 +30,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 import tensorflow as tf
 
-from pipeline import build as build_lib
-from pipeline import config as config_lib
-from pipeline import decode as decode_lib
+from pipeline import assemble
+from pipeline import checks
+from pipeline import sources
 from pipeline import transform
 
 ADVICE = {
@@ -286,7 +286,7 @@ def write_trace(ds: tf.data.Dataset, profile_dir: str, num_batches: int = 3) -> 
     """
     if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 1:
         raise ValueError(f"`num_batches` must be an int >= 1. "
-                         f"{config_lib.received('num_batches', num_batches)}")
+                         f"{checks.received('num_batches', num_batches)}")
     profile_dir = os.fspath(profile_dir)
     os.makedirs(profile_dir, exist_ok=True)
     it = iter(ds.repeat())
@@ -303,7 +303,7 @@ def write_trace(ds: tf.data.Dataset, profile_dir: str, num_batches: int = 3) -> 
 def _check_pos_int(name, v, minimum=1):
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
         raise ValueError(f"`{name}` must be an int >= {minimum}. "
-                         f"{config_lib.received(name, v)}")
+                         f"{checks.received(name, v)}")
     return v
 
 
@@ -356,12 +356,11 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
             or not isinstance(target_images_per_sec, (int, float))
             or not target_images_per_sec > 0):
         raise ValueError("`target_images_per_sec` must be a number > 0 or None. "
-                         f"{config_lib.received('target_images_per_sec', target_images_per_sec)}")
+                         f"{checks.received('target_images_per_sec', target_images_per_sec)}")
     if extra_map is not None and not callable(extra_map):
         raise ValueError(f"`extra_map` must be a callable image -> image. "
-                         f"{config_lib.received('extra_map', extra_map)}")
+                         f"{checks.received('extra_map', extra_map)}")
 
-    from pipeline import sources  # late: sources imports build
     if isinstance(source, tf.data.Dataset):
         if options:
             raise ValueError("Factory options are taken from the dataset; pass them only with "
@@ -373,27 +372,38 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
         ds = sources.from_paths(list(source), **options)
     else:
         raise ValueError("`source` must be a pipeline dataset, a directory or a list of "
-                         f"paths. {config_lib.received('source', source)}")
+                         f"paths. {checks.received('source', source)}")
     if isinstance(ds, tuple):
         raise ValueError("`subset='both'` gives two datasets; profile one of them. "
-                         f"{config_lib.received('subset', 'both')}")
-    idx = getattr(ds, "_pipeline_index", None)
-    opts = getattr(ds, "_pipeline_options", None)
-    if idx is None or opts is None:
+                         f"{checks.received('subset', 'both')}")
+    try:
+        b = assemble.built(ds)
+    except ValueError:
         raise ValueError("`source` must be a dataset returned by a pipeline factory (it "
                          "carries its file index and options); after .map/.take these are "
-                         f"lost. Received: source={source!r}")
-
-    good = [(p, i.exif_code) for p, i in zip(idx.paths, idx.infos) if not i.error]
+                         f"lost. Received: source={source!r}") from None
+    idx, opts = b.index, b.options
+    if idx is None:
+        raise ValueError("`source` read from TFRecord shards: profile the folder they were "
+                         f"written from instead. Received: source={source!r}")
+    good = [p for k, p in enumerate(idx.paths) if k not in idx.errors]
     if not good:
         raise ValueError(f"No good files to profile: all {len(idx)} are bad at index time.")
-    use_tfio, exif_in_graph = build_lib._needs_tfio(idx, opts)
-    decoder = decode_lib.Decoder(opts.channels, opts.max_pixels, opts.exif_orientation,
-                                 use_tfio=use_tfio, exif_in_graph=exif_in_graph)
+    # The stages of the very map the dataset runs (pipeline.assemble.make_stages).
+    decoder, _ = assemble.make_stages(idx, opts)
     total = warmup + num_elements
-    paths = [p for p, _ in good][:total]
-    exifs = [e for _, e in good][:total]
-    base = tf.data.Dataset.from_tensor_slices((tf.constant(paths), tf.constant(exifs, tf.int32)))
+    # Untimed pass: every sampled file is read (timings are then of warm,
+    # page-cached reads) and decoded once; files whose decoder fails are left
+    # out of the stage timings, which would otherwise never end on them.
+    sample = tf.data.Dataset.from_tensor_slices(good[:total]).map(
+        lambda p: (p, tf.shape(decoder.decode(tf.io.read_file(p))[0])[0]),
+        num_parallel_calls=opts.parallelism).ignore_errors()
+    paths = [p.decode() for p, _ in sample.as_numpy_iterator()]
+    if not paths:
+        raise ValueError(f"No file of the {min(total, len(good))} sampled decodes; see "
+                         "pipeline.scan for the reasons.")
+    base = tf.data.Dataset.from_tensor_slices((tf.constant(paths),
+                                               tf.zeros([len(paths)], tf.int32)))
     base = tf.data.Dataset.zip(base.repeat(), tf.data.Dataset.random(seed=0).batch(2)).map(
         lambda pe, s: (pe[0], pe[1], s))
     image_size = opts.image_size
@@ -404,7 +414,7 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
         return tf.function(fn, autograph=False, reduce_retracing=True)
 
     read_op = stage(lambda p: tf.io.read_file(p))
-    decode_op = stage(lambda p, e: decoder.load(p, e, tf.constant(""))[0])
+    decode_op = stage(lambda p, e: decoder.decode(tf.io.read_file(p))[0])
 
     def read(p, e, s):
         return read_op(p)
@@ -440,22 +450,21 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
         return fn
 
     par = opts.parallelism
-    cores = config_lib.cpu_count()
-    # Untimed pass over every file: timings are of warm (page-cached) reads.
-    for _ in base.take(len(paths)).map(lambda p, e, s: tf.strings.length(read(p, e, s))).batch(
-            256):
-        pass
+    cores = checks.cpu_count()
     stages, prev = [], 0.0
     for k, (name, _) in enumerate(stage_fns):
         fn = prefix_fn(k)
-        single = _single_thread(base.map(lambda p, e, s: _touch(fn(p, e, s))))
+        # A file whose decoder fails drops out of the stage timings (they
+        # count decoded images); the end-to-end figure below uses the dataset
+        # itself, with its on_error policy.
+        single = _single_thread(base.map(lambda p, e, s: _touch(fn(p, e, s))).ignore_errors())
         _, cpu, got = _time_reduce(single, num_elements, warmup)
         cum = 1000.0 * cpu / got
         ips = float("nan")
         if parallel_stages:
             parallel = _parallel(base.map(lambda p, e, s: _touch(fn(p, e, s)),
-                                          num_parallel_calls=par, deterministic=False),
-                                 opts.autotune)
+                                          num_parallel_calls=par,
+                                          deterministic=False).ignore_errors(), opts.autotune)
             wall, _, got = _time_reduce(parallel, num_elements, warmup)
             ips = got / wall
         stages.append(StageCost(name, max(cum - prev, 0.0), cum, ips))
@@ -464,8 +473,9 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
     bs = opts.batch_size
     if bs is not None:
         fn = prefix_fn(len(stage_fns) - 1)
-        batched = base.map(lambda p, e, s: fn(p, e, s)).batch(bs, drop_remainder=True)
-        batched = batched.map(lambda x: _touch(build_lib.scale(x, opts.dtype, opts.normalize)))
+        batched = base.map(lambda p, e, s: fn(p, e, s)).ignore_errors().batch(
+            bs, drop_remainder=True)
+        batched = batched.map(lambda x: _touch(assemble.scale(x, opts.dtype, opts.normalize)))
         nb = max(1, -(-num_elements // bs))
         wb = max(1, -(-warmup // bs))
         _, cpu, got = _time_reduce(_single_thread(batched), nb, wb)
@@ -473,8 +483,9 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
         ips = float("nan")
         if parallel_stages:
             pbatched = base.map(lambda p, e, s: fn(p, e, s), num_parallel_calls=par,
-                                deterministic=False).batch(bs, drop_remainder=True)
-            pbatched = pbatched.map(lambda x: _touch(build_lib.scale(x, opts.dtype,
+                                deterministic=False).ignore_errors().batch(
+                                    bs, drop_remainder=True)
+            pbatched = pbatched.map(lambda x: _touch(assemble.scale(x, opts.dtype,
                                                                      opts.normalize)))
             wall, _, got = _time_reduce(_parallel(pbatched, opts.autotune), nb, wb)
             ips = got * bs / wall

@@ -16,7 +16,17 @@ from typing import Dict, List, Optional
 
 from absl import flags
 
+import tensorflow as tf
+
 from pipeline import cli
+from pipeline import assemble
+from pipeline import config
+from pipeline import formats
+from pipeline import guard
+from pipeline import index as index_lib
+from pipeline import manifest as manifest_lib
+from pipeline import read
+from pipeline import stack
 
 # Bucket upper bounds: file sizes in bytes, image sides in pixels.
 BYTE_BUCKETS = (0, 1 << 10, 10 << 10, 100 << 10, 1 << 20, 10 << 20)
@@ -60,6 +70,10 @@ class ScanReport:
         extension_mismatches: list of {"path", "extension", "format"}.
         bad_files: list of {"path", "reason"}.
         total_bytes: int, sum of file sizes.
+        per_variant: {format variant from the header (``formats.variant``,
+            e.g. "JPEG progressive 4:2:0 EXIF", "BMP 8-bit RLE8 v3"): count}.
+        left_out: paths the listing left out (not an image extension).
+        stack: one line on the optional decoders here (tensorflow-io).
     """
     num_files: int
     num_ok: int
@@ -70,6 +84,9 @@ class ScanReport:
     extension_mismatches: List[dict]
     bad_files: List[dict]
     total_bytes: int
+    per_variant: Dict[str, int] = dataclasses.field(default_factory=dict)
+    left_out: List[str] = dataclasses.field(default_factory=list)
+    stack: str = ""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -79,8 +96,9 @@ class ScanReport:
 
     def table(self) -> str:
         """A readable multi-section text report."""
-        out = [f"files: {self.num_files}  decodable: {self.num_ok}  bad: {len(self.bad_files)}  "
-               f"total size: {_human(self.total_bytes)}"]
+        out = [self.stack] if self.stack else []
+        out.append(f"files: {self.num_files}  decodable: {self.num_ok}  "
+                   f"bad: {len(self.bad_files)}  total size: {_human(self.total_bytes)}")
 
         def section(title, mapping):
             if not mapping:
@@ -92,12 +110,19 @@ class ScanReport:
 
         section("per class", self.per_class)
         section("per format (by content)", self.per_format)
+        section("format variants (from headers)", self.per_variant)
         section("file size", self.file_bytes_histogram)
         section("larger side", self.max_side_histogram)
         if self.extension_mismatches:
             out.append(f"\nextension mismatches ({len(self.extension_mismatches)}; decoded by content)")
             for m in self.extension_mismatches:
                 out.append(f"  {m['path']}: named {m['extension']}, is {m['format']}")
+        if self.left_out:
+            out.append(f"\nleft out: not an image extension ({len(self.left_out)})")
+            for p in self.left_out[:50]:
+                out.append(f"  {p}")
+            if len(self.left_out) > 50:
+                out.append(f"  ... and {len(self.left_out) - 50} more")
         if self.bad_files:
             out.append(f"\nbad files ({len(self.bad_files)})")
             for b in self.bad_files:
@@ -113,13 +138,12 @@ class ScanReport:
 
 
 def _index_for(source, follow_links=False, allow_outside_root=False):
-    from pipeline import index as index_lib
     if isinstance(source, (list, tuple)):
         return index_lib.index_paths(list(source))
     source = os.fspath(source)
-    if os.path.isfile(source) and source.lower().endswith((".csv", ".jsonl", ".json")):
-        from pipeline import manifest  # provided by the manifest source
-        return manifest.index_manifest(source, allow_outside_root=allow_outside_root)[0]
+    if os.path.isfile(source) and manifest_lib.is_manifest(source):
+        return manifest_lib.index_manifest(source, allow_outside_root=allow_outside_root,
+                                           missing_ok=True)[0]
     if os.path.isdir(source):
         has_dirs = any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(source))
         return index_lib.index_directory(source, "inferred" if has_dirs else None,
@@ -127,13 +151,26 @@ def _index_for(source, follow_links=False, allow_outside_root=False):
     return index_lib.index_directory(source)  # raises the not-found error
 
 
+def stack_line() -> str:
+    """One line on the optional decoders and file systems this installation has."""
+    st = stack.tfio_status()
+    webp = "WebP: TensorFlow" if stack.core_webp() else (
+        "WebP: tensorflow-io" if st.available else "WebP: Pillow fallback")
+    tfio = (f"tensorflow-io {st.version}: TIFF, AVIF, s3://" if st.available else
+            f"tensorflow-io unusable ({st.reason}): TIFF, AVIF and s3:// are refused")
+    return f"stack: TensorFlow {tf.__version__}; {webp}; {tfio}"
+
+
 def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[int] = None,
          follow_links: bool = False, progress: bool = True,
          allow_outside_root: bool = False) -> ScanReport:
     """Scans a folder, a manifest or a list of paths in one parallel pass.
 
-    Every file is read and decoded with the factories' in-graph decoder (header
-    guard included), in parallel; nothing is kept but its shape.
+    Every file is read and decoded with the factories' in-graph decoder
+    (``pipeline.decode.Decoder``, header guard included), in parallel
+    (``num_parallel_calls``, default 2x the cores); nothing is kept but its
+    shape and its first 4 KB, which give its format variant. A full pass: on
+    the sample photos it reads about as fast as a training epoch decodes.
 
     Args:
         source: a class-folder directory (or a flat folder), a manifest
@@ -152,30 +189,26 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
         FileNotFoundError: ``source`` does not exist.
         ValueError: ``source`` holds no image files, or a bad ``max_pixels``.
     """
-    import tensorflow as tf
-    from tqdm.auto import tqdm
-
-    from pipeline import build as build_lib
-    from pipeline import config, decode
+    from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
 
     opts = config.make_options(
-        max_pixels=config.DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels,
+        "scan", max_pixels=config.DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels,
         num_parallel_calls=num_parallel_calls, image_size=None, batch_size=None)
     idx = _index_for(source, follow_links, allow_outside_root)
-    use_tfio, exif = build_lib._needs_tfio(idx, opts)
-    decoder = decode.Decoder(3, opts.max_pixels, True, use_tfio=use_tfio, exif_in_graph=exif)
+    decoder, _ = assemble.make_stages(idx, opts)
+    pre = [idx.errors.get(k, "") for k in range(len(idx))]
 
-    def probe(path, exif, pre_error):
-        image, reason = decoder.load(path, exif, pre_error)
-        return tf.shape(image)[:2], reason
+    def probe(k, path, pre_error):
+        def load():
+            contents = tf.io.read_file(path)
+            image, reason = decoder.decode(contents)
+            return tf.shape(image)[:2], reason, tf.strings.substr(contents, 0, 4096)
+        return (k,) + tf.cond(tf.strings.length(pre_error) > 0,
+                              lambda: (tf.constant([0, 0]), pre_error, tf.constant(b"")), load)
 
-    ds = tf.data.Dataset.from_tensor_slices((
-        tf.range(len(idx), dtype=tf.int64), idx.paths,
-        tf.constant([i.exif_code for i in idx.infos], tf.int32),
-        [i.error for i in idx.infos]))
-    ds = ds.map(build_lib.graph_fn(lambda k, p, e, r: (k,) + probe(p, e, r)),
-                num_parallel_calls=opts.parallelism,
-                deterministic=True)
+    ds = tf.data.Dataset.from_tensor_slices((tf.range(len(idx), dtype=tf.int64), idx.paths, pre))
+    ds = ds.map(tf.autograph.experimental.do_not_convert(probe),
+                num_parallel_calls=opts.parallelism, deterministic=True)
     # A decoder that raises (e.g. a truncated JPEG) drops its element here; the
     # missing rows are diagnosed from their bytes after the pass.
     ds = ds.ignore_errors()
@@ -183,34 +216,45 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
     o.autotune.enabled = False
     ds = ds.prefetch(16).with_options(o)
 
-    bad, sides, seen = [], collections.Counter(), set()
-    for k, shape, reason in tqdm(ds.as_numpy_iterator(), total=len(idx), unit="file",
-                                 desc="scan", disable=not progress, file=sys.stderr):
-        seen.add(int(k))
+    bad, sides, variants, row_fmt = [], collections.Counter(), collections.Counter(), {}
+    for k, shape, reason, head in tqdm(ds.as_numpy_iterator(), total=len(idx), unit="file",
+                                       desc="scan", disable=not progress, file=sys.stderr):
         reason = reason.decode("utf-8", "replace")
+        row_fmt[int(k)] = formats.sniff_bytes(head) if head else None
+        if head:
+            variants[formats.variant(head)] += 1
         if reason:
             bad.append((int(k), reason))
         else:
             sides[_bucket_label_side(int(max(shape)))] += 1
-    bad += [(k, build_lib.diagnose_file(idx.paths[k])) for k in range(len(idx)) if k not in seen]
+
+    def why(k):
+        contents, err = read.try_read(idx.paths[k])
+        row_fmt[k] = formats.sniff_bytes(contents[:16]) if contents else None
+        return guard.diagnose(contents, err, decoder.decode, lambda img: img)
+
+    bad += [(k, why(k)) for k in range(len(idx)) if k not in row_fmt]
     bad = [{"path": idx.paths[k], "reason": reason} for k, reason in sorted(bad)]
     per_class = {}
-    if idx.class_names and idx.labels is not None:
-        counts = collections.Counter(idx.labels)
+    if idx.class_names and idx.label_kind == "int":
+        counts = collections.Counter(idx.labels.tolist())
         per_class = {c: counts.get(i, 0) for i, c in enumerate(idx.class_names)}
-    per_format = collections.Counter(i.format or "unknown" for i in idx.infos)
-    byte_hist = collections.Counter(_bucket_label_bytes(max(i.size, 0)) for i in idx.infos)
+    sizes = idx.sizes()
+    byte_hist = collections.Counter(_bucket_label_bytes(max(int(b), 0)) for b in sizes)
     order_b = [f"<= {_human(b)}" for b in BYTE_BUCKETS] + [f"> {_human(BYTE_BUCKETS[-1])}"]
     order_s = [f"<= {s}px" for s in SIDE_BUCKETS] + [f"> {SIDE_BUCKETS[-1]}px"]
-    mism = [{"path": i.path, "extension": os.path.splitext(i.path)[1], "format": i.format}
-            for i in idx.infos if i.ext_mismatch]
+    fmts = collections.Counter(f or "unknown" for f in row_fmt.values())
+    mism = [{"path": p, "extension": os.path.splitext(p)[1], "format": row_fmt[k]}
+            for k, p in enumerate(idx.paths)
+            if row_fmt.get(k) and formats.from_extension(p) not in (None, row_fmt[k])]
     return ScanReport(
         num_files=len(idx), num_ok=len(idx) - len(bad), per_class=per_class,
-        per_format=dict(per_format.most_common()),
+        per_format=dict(fmts.most_common()),
         file_bytes_histogram={k: byte_hist[k] for k in order_b if byte_hist[k]},
         max_side_histogram={k: sides[k] for k in order_s if sides[k]},
         extension_mismatches=mism, bad_files=bad,
-        total_bytes=sum(max(i.size, 0) for i in idx.infos))
+        total_bytes=int(sizes.clip(0).sum()), per_variant=dict(variants.most_common()),
+        left_out=list(idx.left_out), stack=stack_line())
 
 
 @cli.command("scan")

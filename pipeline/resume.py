@@ -30,7 +30,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from pipeline import build as build_lib
+from pipeline import decode
+from pipeline import guard
 
 # Ops whose state lives in the Python process: an iterator over a dataset that
 # contains them cannot be restored in another process.
@@ -39,6 +40,9 @@ _PYTHON_STATE_OPS = {
     "PyFuncStateless": "tf.numpy_function",
     "EagerPyFunc": "tf.py_function",
 }
+# The package's own rare-path Python ops hold no state across elements: the
+# skip recorder, the failure diagnosis and the Pillow fallback decoder.
+_SAFE_PY_OPS = (guard.RECORDER_OP_NAME, guard.DIAGNOSE_OP_NAME, decode.FALLBACK_OP_NAME)
 _SERVICE_OPS = ("DataServiceDataset", "DataServiceDatasetV2", "DataServiceDatasetV3",
                 "DataServiceDatasetV4")
 
@@ -74,9 +78,10 @@ def check_checkpointable(dataset: tf.data.Dataset) -> None:
 
     Walks the dataset's graph (its functions included) for ops whose state is
     Python-side (generators, ``tf.py_function``, ``tf.numpy_function``) or on
-    remote workers (tf.data service). The ``on_error="skip"`` recorder of the
-    ``pipeline`` factories is allowed: it only records skipped files (records
-    made before a restore stay in the old process's ``pipeline.errors``).
+    remote workers (tf.data service). The ``pipeline`` factories' own
+    rare-path Python ops are allowed (``_SAFE_PY_OPS``): they only record or
+    explain skipped files (records made before a restore stay in the old
+    process's ``pipeline.errors``) or decode one file.
 
     Args:
         dataset: a ``tf.data.Dataset``.
@@ -87,7 +92,7 @@ def check_checkpointable(dataset: tf.data.Dataset) -> None:
     """
     found = []
     for op, name in _ops(dataset):
-        if op in _PYTHON_STATE_OPS and build_lib.SKIP_RECORDER_NAME not in name:
+        if op in _PYTHON_STATE_OPS and not any(safe in name for safe in _SAFE_PY_OPS):
             found.append(_PYTHON_STATE_OPS[op])
         elif op in _SERVICE_OPS:
             found.append("a tf.data service dataset")

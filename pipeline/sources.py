@@ -1,105 +1,41 @@
-"""Dataset factories for image files: class folders and path lists."""
+"""Sources: the image dataset factories. Each is thin: options -> index -> build.
+
+Every factory validates all of its arguments first (``pipeline.config``),
+then indexes its source (``pipeline.index``, ``pipeline.manifest`` or
+``pipeline.shards``), then hands both to the one builder
+(``pipeline.assemble``). The shared image options are documented once, on
+``pipeline.config.ImageOptions``.
+
+Returned elements (the same for every factory):
+
+=================  ===========================================================
+label_mode         element
+=================  ===========================================================
+"int"              ``(images, labels)``; labels int32 ``[batch]``
+"categorical"      ``(images, labels)``; labels float32 ``[batch, num_classes]``
+"binary"           ``(images, labels)``; labels float32 ``[batch, 1]``
+"multi_hot"        ``(images, labels)``; labels float32 ``[batch, num_classes]``
+"float"            ``(images, labels)``; labels float32 ``[batch]`` (or
+                   ``[batch, columns]``)
+None               ``images``
+=================  ===========================================================
+
+images are ``[batch, height, width, channels]`` of ``dtype`` (uint8 0-255 by
+default), ``[height, width, channels]`` with ``batch_size=None``. With sample
+weights (manifests, shards), a float32 ``[batch]`` follows the labels. With
+``include_paths=True``, the file paths (tf.string ``[batch]``) come last.
+"""
 
 from __future__ import annotations
 
-from pipeline import build as build_lib
+import dataclasses
+
+from pipeline import assemble
+from pipeline import checks
 from pipeline import config as config_lib
 from pipeline import index as index_lib
-
-_COMMON_DOC = """
-    Options (keyword; validated before any work, see ``API.md``):
-        label_mode: "int" (int32 scalar), "categorical" (float32 one-hot
-            [num_classes]), "binary" (float32 [1], exactly 2 classes) or None.
-        channels: 1, 3 or 4; every image comes out with exactly this many.
-        image_size: (height, width) in pixels, default (256, 256); None keeps
-            the native size (then ``batch_size`` must be None).
-        resize: "stretch", "crop" (center crop to the aspect) or "pad"
-            (letterbox with zeros).
-        interpolation: a ``tf.image.resize`` method ("bilinear", "nearest",
-            "bicubic", "area", "lanczos3", ...).
-        batch_size: int (default 32) or None for unbatched elements.
-        shuffle: bool (default True): the *path list* is reshuffled every epoch
-            before decoding, so memory does not grow with the dataset.
-        seed: int or None; the same seed gives the same order and split.
-        validation_split: float in (0, 1); subset: "training", "validation" or
-            "both" ("both" returns (train, val), disjoint and complete).
-        dtype: tf.uint8 (default, 0-255), tf.float32, tf.bfloat16 or
-            tf.float16 (scaled to [0, 1], or per ``normalize``).
-        on_error: "raise" (default): iterating reaches a bad file and raises
-            ``tf.errors.InvalidArgumentError`` whose message names the path
-            and the reason; "skip": the file is dropped, logged and listed by
-            ``pipeline.errors(ds)``.
-        max_errors: with "skip", an int count or a float fraction of files;
-            past it iteration raises ``tf.errors.UnknownError`` whose message
-            holds "ErrorBudgetExceeded: pipeline: N bad files, more than
-            max_errors=... allows" and a summary of the reasons (the
-            ``ErrorBudgetExceeded`` raised inside the graph, as TensorFlow
-            wraps it).
-        exif_orientation: bool (default True), apply JPEG EXIF orientation.
-        max_pixels: int, default 178,956,970 (Pillow's limit): files whose
-            header claims more pixels are bad, before any decode.
-        deterministic: None (ordered when ``seed`` is given or
-            ``shuffle=False``), True or False.
-        num_parallel_calls: int, decode parallelism; default 2x the cores
-            (``tf.data.AUTOTUNE`` lets tf.data tune it and turns autotune on).
-        prefetch: int, batches prefetched (default 2; each holds
-            batch_size*height*width*channels bytes), or ``tf.data.AUTOTUNE``.
-        autotune: bool (default False: measured here, autotuning left a
-            core idle in most epochs; see ``pipeline.build``).
-        ram_budget_bytes: int, tf.data's autotune RAM budget (with autotune).
-        threadpool_size: int, a private tf.data thread pool of this size.
-        prefetch_to_device: e.g. "/gpu:0": batches are copied to that device
-            ahead of time (last stage; not with a distribution strategy).
-        fast_jpeg: bool (default True): crop-before-decode and reduced-scale
-            JPEG decoding where they apply (see README "Augmentation").
-        augment: a ``pipeline.Augment`` (random ops, seeded, in graph).
-        cache_budget_bytes: int, the cache size allowed (default: half the
-            available memory, or the free disk space for a cache file).
-        cache: None, "memory" or a file path prefix: decoded, resized elements
-            are cached (shuffling then happens on elements, in a 1,024
-            buffer). The files written are ``path-<fingerprint>.*``, the
-            fingerprint covering the files and options (see
-            ``build.cache_file``): a cache is only read back by the same
-            dataset.
-        input_context: a ``tf.distribute.InputContext``: the path list is
-            sharded per input pipeline before shuffling and ``batch_size`` is
-            the global batch.
-
-    Returns:
-        A ``tf.data.Dataset`` of ``(images, labels)``, or ``images`` alone when
-        there are no labels. images: ``[batch, height, width, channels]``
-        (``[height, width, channels]`` when ``batch_size=None``) of ``dtype``.
-        Attributes: ``class_names`` (list of str or None), ``file_paths`` (list
-        of str, index order). With ``subset="both"``, a tuple (train, val).
-
-    Raises:
-        ValueError: a bad argument (the message names it and the value
-            received), no images, no class folders, an unknown class name, or
-            an empty subset.
-        FileNotFoundError: the directory does not exist.
-"""
-
-
-def _finish(idx, opts):
-    num_classes = len(idx.class_names) if idx.class_names else None
-    if opts.validation_split is None:
-        return build_lib.build(idx, opts, num_classes=num_classes)
-    train, val = index_lib.split(idx, opts.validation_split, opts.seed)
-    if opts.subset == "training":
-        return build_lib.build(train, opts, num_classes=num_classes, subset_name="training")
-    if opts.subset == "validation":
-        return build_lib.build(val, opts, num_classes=num_classes, subset_name="validation")
-    return (build_lib.build(train, opts, num_classes=num_classes, subset_name="training"),
-            build_lib.build(val, opts, num_classes=num_classes, subset_name="validation"))
-
-
-def _one_class_per_file(opts, factory: str) -> None:
-    """Refuses the label modes only manifests can fill (multi-label, float)."""
-    if opts.label_mode in ("multi_hot", "float"):
-        raise ValueError(
-            f"{factory} gives one class per file: use label_mode 'int', 'categorical', "
-            "'binary' or None (multi-label and float targets come from from_manifest). "
-            f"Received: label_mode={opts.label_mode!r}")
+from pipeline import manifest as manifest_lib
+from pipeline import shards
 
 
 def from_directory(directory, labels="inferred", class_names=None, follow_links=False,
@@ -110,9 +46,11 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
     sorted class sub-folder names (``"inferred"``), None, or a sequence of ints
     for the files in sorted path order. Hidden files and folders and files
     without an image extension (case-insensitive: ``.JPEG`` counts) are
-    ignored and logged once with a count. Symbolic links to files are labelled
-    by the folder the link sits in; linked folders are followed only with
-    ``follow_links=True`` (loops are detected and skipped).
+    ignored and logged once with a count. Listing is all the indexing there
+    is: formats, header sizes and EXIF tags are read while the images decode.
+    Symbolic links to files are labelled by the folder the link sits in;
+    linked folders are followed only with ``follow_links=True`` (loops are
+    detected and skipped).
 
     Args:
         directory: str or PathLike, a folder of class sub-folders (or of images
@@ -122,20 +60,33 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
         class_names: sequence of str or None: fixes the class order and may
             name a subset of the sub-folders.
         follow_links: bool, follow symbolically linked folders.
+        **options: the image options, see ``pipeline.config.ImageOptions``
+            (``image_size``, ``batch_size``, ``shuffle``, ``seed``,
+            ``validation_split``, ``subset``, ``label_mode``, ``augment``,
+            ``cache``, ``on_error``, ``include_paths``, ...).
+
+    Returns:
+        A ``tf.data.Dataset`` of the elements in the table of
+        ``pipeline.sources`` (``(train, val)`` with ``subset="both"``).
+        Attributes ``class_names`` (list of str or None) and ``file_paths``
+        (list of str, index order).
+
+    Raises:
+        ValueError: a bad argument (the message names it and the value
+            received), no images, no class folders, an unknown class name, or
+            an empty subset.
+        FileNotFoundError: the directory does not exist.
     """
-    opts = config_lib.make_options(**options)
+    opts = config_lib.make_options("from_directory", **options)
     if isinstance(labels, str) and labels != "inferred" or not (
             labels is None or isinstance(labels, str) or hasattr(labels, "__len__")):
-        raise ValueError(
-            "`labels` must be 'inferred', None or a sequence of labels. "
-            f"Received: labels={labels!r}")
-    _one_class_per_file(opts, "from_directory")
-    if not isinstance(follow_links, bool):
-        raise ValueError(f"`follow_links` must be True or False. Received: follow_links={follow_links!r}")
+        raise ValueError("`labels` must be 'inferred', None or a sequence of labels. "
+                         f"{checks.received('labels', labels)}")
+    follow_links = checks.check_bool("follow_links", follow_links)
     idx = index_lib.index_directory(directory, labels, class_names, follow_links)
     if labels is None:
-        opts = config_lib.make_options(**{**options, "label_mode": None})
-    return _finish(idx, opts)
+        opts = dataclasses.replace(opts, label_mode=None)
+    return assemble.build_subsets(idx, opts)
 
 
 def from_paths(paths, labels=None, class_names=None, **options):
@@ -144,16 +95,124 @@ def from_paths(paths, labels=None, class_names=None, **options):
     Args:
         paths: sequence of str (local paths, or ``s3://`` / ``gs://`` URIs).
         labels: None, a sequence of int class indices, or of str class names
-            (indexed by ``class_names``, default: sorted unique names).
+            (indexed by ``class_names``, default: the sorted unique names).
         class_names: sequence of str or None.
+        **options: the image options, see ``pipeline.config.ImageOptions``.
+
+    Returns:
+        As ``from_directory``. A missing file is a bad file, met when read.
+
+    Raises:
+        ValueError: a bad argument, empty ``paths``, or labels that do not
+            match the paths (the position is named).
     """
-    opts = config_lib.make_options(**options)
-    _one_class_per_file(opts, "from_paths")
+    opts = config_lib.make_options("from_paths", **options)
     idx = index_lib.index_paths(paths, labels, class_names)
     if labels is None:
-        opts = config_lib.make_options(**{**options, "label_mode": None})
-    return _finish(idx, opts)
+        opts = dataclasses.replace(opts, label_mode=None)
+    return assemble.build_subsets(idx, opts)
 
 
-from_directory.__doc__ += _COMMON_DOC
-from_paths.__doc__ += _COMMON_DOC
+def from_manifest(manifest, path_column: str = "path", label_columns=None, root=None,
+                  weight_column=None, allow_outside_root: bool = False,
+                  label_mode=manifest_lib.AUTO, class_names=None, **options):
+    """A CSV or JSON Lines manifest of image paths -> a streaming ``tf.data.Dataset``.
+
+    The manifest is a CSV/TSV file with a header row, or JSON Lines (``.jsonl``,
+    ``.json`` or ``.ndjson``: one JSON object per line). It is parsed once, at
+    index time, with the ``csv`` / ``json`` standard modules; images are then
+    read, decoded and resized in graph exactly as ``from_directory`` does.
+
+    Args:
+        manifest: str path (local, or ``s3://`` / ``gs://`` URI) of the manifest.
+        path_column: str, the column holding image paths. Relative paths are
+            resolved against ``root``.
+        label_columns: None (use the column ``"label"`` when the manifest has
+            one, else no labels), a column name, or a list of column names
+            (each a number; ``y`` is then a float32 vector, one entry per column,
+            and ``class_names`` defaults to the column names).
+        root: str folder or URI that relative paths resolve against; default the
+            manifest's folder.
+        weight_column: None or a column of float sample weights; elements are
+            then ``(x, y, sample_weight)`` with ``sample_weight`` float32 scalar
+            (``[batch]`` batched), as Keras ``fit`` accepts.
+        allow_outside_root: bool; by default an absolute path, or one whose
+            ``..`` escapes ``root``, is refused.
+        label_mode: "auto" (default), "int", "categorical", "binary",
+            "multi_hot", "float" or None. "auto" picks "multi_hot" when a cell is
+            a JSON list or a ``|``-separated CSV string, "float" when a number
+            has a fraction, else "int".
+
+            * "int": int32 class index. Cells are integers (the index itself) or
+              class-name strings (``class_names``, default the sorted unique
+              names, gives the index).
+            * "categorical" / "binary": as ``from_directory``.
+            * "multi_hot": float32 ``[num_classes]`` with 1.0 at every listed
+              class (``"cat|dog"`` in CSV, ``["cat", "dog"]`` in JSON).
+            * "float": float32 regression target, scalar (or ``[len(label_columns)]``).
+        class_names: sequence of str or None; fixes the class order.
+        **options: the image options, see ``pipeline.config.ImageOptions``.
+
+    Returns:
+        As ``from_directory``; ``(images, labels, sample_weights)`` with a
+        ``weight_column``.
+
+    Raises:
+        FileNotFoundError: the manifest, or a listed local file, is missing (the
+            message names the manifest line). With ``on_error="skip"`` a
+            missing file is a recorded bad file instead.
+        ValueError: a bad argument; or (``ManifestError``) a missing column, an
+            empty path, an unparseable label or a path escaping ``root``, with
+            the manifest's file name and line number.
+    """
+    mode = None if label_mode is None else "int"
+    if label_mode not in (manifest_lib.AUTO, None):
+        mode = label_mode
+    opts = config_lib.make_options("from_manifest", **{**options, "label_mode": mode})
+    idx, resolved = manifest_lib.index_manifest(
+        manifest, path_column, label_columns, root, weight_column, allow_outside_root,
+        label_mode, class_names, missing_ok=opts.on_error == "skip")
+    if resolved != opts.label_mode:  # "auto" resolved from the cells
+        opts = dataclasses.replace(opts, label_mode=resolved)
+    return assemble.build_subsets(idx, opts)
+
+
+def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
+    """TFRecord shards written by ``write_tfrecords`` -> the same elements as the source.
+
+    Shards are read with a parallel interleave. With ``shuffle=True`` the
+    shard order is reshuffled every epoch and a bounded buffer of
+    ``shuffle_buffer_size`` encoded records shuffles elements (memory ~ buffer
+    x mean file size). With ``input_context`` and fewer shards than input
+    pipelines, each pipeline reads every shard and keeps its share of the
+    records, so every record is still read exactly once in all. Decoding
+    (EXIF orientation included), resizing, the bad-file policy and batching
+    are the very graph of ``from_directory``, so a file gives the same pixels
+    from its shards as from its folder.
+
+    Args:
+        files: a folder of shards, a glob, or a list of shard files (local or
+            ``s3://``); ``dataset.json`` must sit beside them.
+        shuffle_buffer_size: int >= 1, encoded records held for shuffling.
+        **options: the image options, see ``pipeline.config.ImageOptions``.
+            ``label_mode`` defaults to "int" for class labels, "multi_hot" /
+            "float" for stored vectors and floats. ``validation_split`` is
+            refused (split before writing).
+
+    Returns:
+        As ``from_directory`` (``(images, labels, sample_weights)`` when
+        weights were stored). ``class_names`` from the sidecar; ``file_paths``
+        is None (paths are stored in the records; ``include_paths=True``
+        puts them in the elements).
+
+    Raises:
+        ValueError: a bad argument, no files, a file not in the sidecar, or
+            (given a folder) a shard the sidecar lists missing from it.
+        FileNotFoundError: no ``dataset.json`` beside the shards.
+    """
+    shuffle_buffer_size = checks.check_int("shuffle_buffer_size", shuffle_buffer_size)
+    if "label_mode" not in options:
+        options["label_mode"] = shards.stored_label_mode(files)
+    opts = config_lib.make_options("from_tfrecords", **options)
+    records = shards.open_records(files, opts, shuffle_buffer_size)
+    return assemble.build(records, opts, num_classes=records.num_classes)

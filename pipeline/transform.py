@@ -46,6 +46,28 @@ def center_crop_window(height, width, target_height, target_width):
     return oy, ox, crop_h, crop_w
 
 
+def resize_with_pad(image, target_height: int, target_width: int, interpolation="bilinear"):
+    """Fits ``image`` [h, w, c] into the target, centred, padded with zeros (float32 out).
+
+    The arithmetic of ``tf.image.resize_with_pad`` (scale by the larger ratio,
+    floor the sizes and the top/left padding), except that the content is at
+    least 1 pixel high and wide: a 10000x3 image fitted to 224x224 gives one
+    row of content, where ``tf.image.resize_with_pad`` asks for 0 rows and
+    fails.
+    """
+    s = tf.shape(image)
+    h, w = tf.cast(s[0], tf.float32), tf.cast(s[1], tf.float32)
+    ratio = tf.maximum(w / target_width, h / target_height)
+    rh = tf.maximum(tf.cast(tf.floor(h / ratio), tf.int32), 1)
+    rw = tf.maximum(tf.cast(tf.floor(w / ratio), tf.int32), 1)
+    ph = tf.maximum(0, tf.cast(tf.floor((target_height - h / ratio) / 2), tf.int32))
+    pw = tf.maximum(0, tf.cast(tf.floor((target_width - w / ratio) / 2), tf.int32))
+    ph = tf.minimum(ph, target_height - rh)
+    pw = tf.minimum(pw, target_width - rw)
+    resized = tf.image.resize(image, tf.stack([rh, rw]), method=interpolation)
+    return tf.image.pad_to_bounding_box(resized, ph, pw, target_height, target_width)
+
+
 def resize(image, size, mode="stretch", interpolation="bilinear"):
     """Resizes a uint8 image to ``size`` = (height, width) pixels.
 
@@ -54,7 +76,7 @@ def resize(image, size, mode="stretch", interpolation="bilinear"):
         size: (height, width) ints.
         mode: "stretch" (ignore aspect), "crop" (center-crop to the target
             aspect, then resize) or "pad" (letterbox: resize to fit, pad with
-            zeros, as ``tf.image.resize_with_pad``).
+            zeros; see ``resize_with_pad``).
         interpolation: a ``tf.image.resize`` method name.
 
     Returns:
@@ -66,7 +88,7 @@ def resize(image, size, mode="stretch", interpolation="bilinear"):
         oy, ox, ch, cw = center_crop_window(s[0], s[1], th, tw)
         image = image[oy:oy + ch, ox:ox + cw]
     if mode == "pad":
-        out = tf.image.resize_with_pad(image, th, tw, method=interpolation)
+        out = resize_with_pad(image, th, tw, interpolation)
     else:
         out = tf.image.resize(image, (th, tw), method=interpolation)
     out = to_uint8(out, convex=interpolation in CONVEX)

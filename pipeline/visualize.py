@@ -19,26 +19,27 @@ matplotlib is imported only when ``show_batch`` is called.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from pipeline import assemble
+
 
 def _factory_parts(ds):
-    """(index, options) when ``ds`` comes straight from a factory with known paths."""
-    idx = getattr(ds, "_pipeline_index", None)
-    opts = getattr(ds, "_pipeline_options", None)
-    if idx is None or opts is None or not idx.paths:
+    """What ``ds`` was built from, when it comes straight from a factory with known paths."""
+    try:
+        b = assemble.built(ds)
+    except ValueError:
         return None
-    return idx, opts
+    return b if b.index is not None else None
 
 
 def _choose_rows(idx, num_images: int, seed: Optional[int]) -> List[int]:
-    """Rows of files good at index time: evenly spaced, or a seeded random sample."""
-    good = [i for i, info in enumerate(idx.infos) if not info.error]
+    """Rows of files not known bad: evenly spaced, or a seeded random sample."""
+    good = [i for i in range(len(idx)) if i not in idx.errors]
     k = min(num_images, len(good))
     if k == 0:
         return []
@@ -49,18 +50,14 @@ def _choose_rows(idx, num_images: int, seed: Optional[int]) -> List[int]:
     return [good[int(p)] for p in picks]
 
 
-def _unshuffled_view(idx, opts, rows):
-    """The factory's dataset rebuilt on ``rows``: unshuffled, unbatched, skipping bad files."""
-    from pipeline import build as build_lib  # pylint: disable=import-outside-toplevel
-
-    sub = idx.subset(rows)
-    view_opts = dataclasses.replace(
-        opts, shuffle=False, batch_size=None, on_error="skip", max_errors=None,
-        input_context=None, service=None, processing_mode="off", job_name=None,
-        cache=None, validation_split=None, subset=None, deterministic=True,
-        drop_remainder=False)
-    num_classes = len(idx.class_names) if idx.class_names else None
-    return build_lib.build(sub, view_opts, num_classes=num_classes, subset_name="show_batch")
+def _unshuffled_view(b, rows):
+    """The factory's dataset rebuilt (the one builder) on ``rows``: unshuffled,
+    unbatched, skipping bad files, each element carrying its path last."""
+    return b.rebuild(
+        source=b.index.subset(rows), shuffle=False, batch_size=None, on_error="skip",
+        max_errors=None, input_context=None, service=None, processing_mode="off",
+        job_name=None, cache=None, validation_split=None, subset=None, deterministic=True,
+        drop_remainder=False, include_paths=True, prefetch_to_device=None)
 
 
 def _split_element(el) -> Tuple[np.ndarray, Optional[np.ndarray]]:
@@ -166,8 +163,6 @@ def show_batch(ds, num_images: int = 16, *, file_names: Optional[bool] = None,
         raise ImportError("pipeline.show_batch needs matplotlib: pip install 'pipeline[notebooks]' "
                           f"(or pip install matplotlib). ({e})") from e
 
-    from pipeline import badfiles as errors_lib  # pylint: disable=import-outside-toplevel
-
     if isinstance(num_images, bool) or not isinstance(num_images, int) or num_images < 1:
         raise ValueError(f"`num_images` must be an int >= 1. Received: num_images={num_images!r}")
     if columns is not None and (isinstance(columns, bool) or not isinstance(columns, int)
@@ -189,17 +184,18 @@ def show_batch(ds, num_images: int = 16, *, file_names: Optional[bool] = None,
 
     names: List[str] = []
     if file_names:
-        idx, opts = parts
-        rows = _choose_rows(idx, num_images, seed)
+        rows = _choose_rows(parts.index, num_images, seed)
         if not rows:
-            raise ValueError(f"No good files to show: all {len(idx)} are bad at index time.")
-        view = _unshuffled_view(idx, opts, rows)
-        images, labels = _take(view, len(rows))
-        skipped = {r.path for r in errors_lib.errors(view)}
-        shown = [idx.paths[r] for r in rows if idx.paths[r] not in skipped]
-        if len(shown) == len(images):
-            names = [os.path.basename(p) for p in shown]
-        # else: an unnamed skip broke the alignment; show class names only.
+            raise ValueError(f"No good files to show: all {len(parts.index)} are bad at "
+                             "index time.")
+        view = _unshuffled_view(parts, rows)
+        shown = [(el[:-1], el[-1]) for el in view.take(len(rows)).as_numpy_iterator()]
+        images, labels = [], []
+        for el, path in shown:
+            x, y = _split_element(el if len(el) > 1 else el[0])
+            images.append(x)
+            labels.append(y)
+            names.append(os.path.basename(path.decode("utf-8", "replace")))
     else:
         images, labels = _take(ds, num_images)
     if not images:

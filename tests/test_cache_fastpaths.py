@@ -77,40 +77,93 @@ def test_augmentation_seeded_deterministic_and_epoch_dependent(photos):
     assert not np.array_equal(flatten(make(4, 1))[0], ea[0])             # seeds differ
 
 
-@pytest.mark.parametrize("read_at", ["index", "graph"])
-def test_exif_orientations_match_pillow(tmp_path, monkeypatch, read_at):
-    """Tags read at index time (Pillow, no tensorflow-io in the graph) and in
-    graph (tensorflow-io, when the index could not read them) agree with Pillow."""
+def _exif_jpeg(path, orientation, layout, base):
+    """A JPEG whose EXIF block carries ``orientation``, laid out as ``layout``:
+    "pillow" (what Pillow writes), "jfif+icc" (APP0, APP2, then APP1),
+    "motorola" (big-endian TIFF header, the tag not first in IFD0)."""
+    import io
+    import struct
+    buf = io.BytesIO()
+    Image.fromarray(base).save(buf, "JPEG", quality=95, subsampling=0)
+    jpeg = buf.getvalue()
+    if layout == "pillow":
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        Image.fromarray(base).save(path, quality=95, subsampling=0, exif=exif.tobytes())
+        return
+    big = layout == "motorola"
+    e = ">" if big else "<"
+    entries = [(0x010F, 2, 4, b"cam\x00"), (0x0112, 3, 1, struct.pack(e + "HH", orientation, 0))]
+    ifd = struct.pack(e + "H", len(entries)) + b"".join(
+        struct.pack(e + "HHI", tag, typ, count) + value for tag, typ, count, value in entries)
+    tiff = (b"MM\x00*" if big else b"II*\x00") + struct.pack(e + "I", 8) + ifd + b"\x00" * 4
+    app1 = b"\xff\xe1" + struct.pack(">H", 2 + 6 + len(tiff)) + b"Exif\x00\x00" + tiff
+    app2 = b"\xff\xe2" + struct.pack(">H", 2 + 14) + b"ICC_PROFILE\x00\x01\x01"
+    rest = jpeg[2:]
+    if rest[:2] == b"\xff\xe0":  # keep Pillow's APP0 (JFIF) first
+        n = struct.unpack(">H", rest[2:4])[0]
+        head, rest = rest[:2 + n], rest[2 + n:]
+    else:
+        head = b""
+    with open(path, "wb") as f:
+        f.write(b"\xff\xd8" + head + (app2 if layout == "jfif+icc" else b"") + app1 + rest)
+
+
+@pytest.mark.parametrize("layout", ["pillow", "jfif+icc", "motorola"])
+def test_exif_orientations_match_pillow_from_every_source(tmp_path, layout):
+    """The EXIF orientation is read in graph from the file's bytes (no Pillow, no
+    tensorflow-io), the same way for files and TFRecord shards, whatever the
+    segment layout and byte order; all 8 tags match Pillow's exif_transpose."""
     from PIL import ImageOps
-    from pipeline import build as build_lib, config, index as index_lib
-    if read_at == "graph":
-        monkeypatch.setattr(index_lib, "read_orientation", lambda path: None)
     base = np.zeros((24, 40, 3), np.uint8)   # four distinct quadrants, 40 wide x 24 high
     base[:12, :20] = (250, 0, 0)
     base[:12, 20:] = (0, 250, 0)
     base[12:, :20] = (0, 0, 250)
     base[12:, 20:] = (250, 250, 250)
     paths, refs = [], []
+    os.makedirs(tmp_path / "a")
     for o in range(1, 9):
-        p = str(tmp_path / f"o{o}.jpg")
-        img = Image.fromarray(base)
-        exif = Image.Exif()
-        exif[0x0112] = o
-        img.save(p, quality=95, subsampling=0, exif=exif.tobytes())
+        p = str(tmp_path / "a" / f"o{o}.jpg")
+        _exif_jpeg(p, o, layout, base)
+        with Image.open(p) as im:
+            assert im.getexif().get(0x0112) == o  # Pillow reads the tag we wrote
+            refs.append(np.asarray(ImageOps.exif_transpose(im).convert("RGB")))
         paths.append(p)
-        refs.append(np.asarray(ImageOps.exif_transpose(Image.open(p)).convert("RGB")))
-    ds = pipeline.from_paths(paths, image_size=None, batch_size=None, shuffle=False)
-    idx = ds._pipeline_index
-    assert [i.orientation for i in idx.infos] == (
-        list(range(1, 9)) if read_at == "index" else [None] * 8)
-    assert build_lib._needs_tfio(idx, config.make_options()) == (read_at == "graph", True)
-    out = list(ds.as_numpy_iterator())
-    for o, (got, ref) in enumerate(zip(out, refs), 1):
-        assert got.shape == ref.shape, o
-        assert got.shape == ((24, 40, 3) if o <= 4 else (40, 24, 3)), o
+    pipeline.write_tfrecords(str(tmp_path), str(tmp_path / "shards"), num_shards=1,
+                             progress=False)
+    kw = dict(image_size=None, batch_size=None, shuffle=False)
+    from_files = list(pipeline.from_paths(paths, **kw).as_numpy_iterator())
+    from_shards = [x for x, _ in pipeline.from_tfrecords(str(tmp_path / "shards"),
+                                                         **kw).as_numpy_iterator()]
+    for o, (got, shard, ref) in enumerate(zip(from_files, from_shards, refs), 1):
+        assert got.shape == ref.shape == ((24, 40, 3) if o <= 4 else (40, 24, 3)), o
         assert _mad(got, ref) <= 3.0, o
+        assert np.array_equal(got, shard), o
         if o in (2, 3, 4):  # really moved, not just the same pixels
             assert _mad(got, np.asarray(Image.open(paths[0]).convert("RGB"))) > 20, o
+
+
+def test_exif_orientation_parser_edge_cases():
+    """No EXIF, EXIF without the tag, a tag value out of range, a bad IFD offset,
+    and a truncated file all read as 1 (as stored), never an error."""
+    from pipeline import decode
+    import struct
+    fn = tf.function(decode.exif_orientation, autograph=False,
+                     input_signature=[tf.TensorSpec([], tf.string)])
+    buf = __import__("io").BytesIO()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(buf, "JPEG")
+    plain = buf.getvalue()
+
+    def with_exif(tiff):
+        app1 = b"\xff\xe1" + struct.pack(">H", 8 + len(tiff)) + b"Exif\x00\x00" + tiff
+        return b"\xff\xd8" + app1 + plain[2:]
+
+    no_tag = b"II*\x00" + struct.pack("<IH", 8, 1) + struct.pack("<HHII", 0x010F, 2, 4, 0)
+    bad_value = b"II*\x00" + struct.pack("<IH", 8, 1) + struct.pack("<HHIHH", 0x0112, 3, 1, 9, 0)
+    bad_offset = b"II*\x00" + struct.pack("<I", 10 ** 9)
+    for data in (plain, with_exif(no_tag), with_exif(bad_value), with_exif(bad_offset),
+                 with_exif(bad_offset)[:12], b"\xff\xd8", b""):
+        assert int(fn(tf.constant(data))) == 1
 
 
 def test_pad_fast_path_matches_slow_path(photos):
@@ -145,9 +198,9 @@ def test_file_cache_never_reads_a_stale_or_failed_cache(tmp_path):
     assert values(pipeline.from_directory(str(root), image_size=(8, 8), batch_size=2,
                                           cache=cache, shuffle=False)) == [10, 11, 12, 13]
     # same files and options: the same cache prefix is reused
-    from pipeline import build
+    from pipeline import assemble
     a = pipeline.from_directory(str(root), image_size=(8, 8), cache=cache)
     b = pipeline.from_directory(str(root), image_size=(8, 8), cache=cache)
     c = pipeline.from_directory(str(root), image_size=(8, 8), cache=cache, resize="crop")
-    f = lambda ds: build.cache_file(ds._pipeline_options, ds._pipeline_index)
+    f = lambda ds: assemble.cache_file(ds.pipeline_built.options, ds.pipeline_built.source)
     assert f(a) == f(b) != f(c) and f(a).startswith(cache + "-")

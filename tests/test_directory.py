@@ -248,7 +248,7 @@ def test_from_paths_labels_checked(class_tree):
                              batch_size=np.int64(3), seed=np.int64(1), shuffle=False,
                              class_names=["a", "b", "c"])
     assert list(next(iter(ds))[1].numpy()) == [2, 0, 1]
-    assert ds._pipeline_options.seed == 1 and type(ds._pipeline_options.seed) is int
+    assert ds.pipeline_built.options.seed == 1 and type(ds.pipeline_built.options.seed) is int
 
 
 def test_numpy_values_and_from_directory_labels(class_tree, tmp_path):
@@ -258,7 +258,7 @@ def test_numpy_values_and_from_directory_labels(class_tree, tmp_path):
     ds = pipeline.from_directory(root, image_size=(4, 4), validation_split=np.float32(0.25),
                                  subset="training", seed=1, shuffle=np.bool_(True),
                                  on_error="skip", max_errors=np.int64(2))
-    opts = ds._pipeline_options
+    opts = ds.pipeline_built.options
     assert (opts.validation_split, opts.shuffle, opts.max_errors) == (0.25, True, 2)
     flat = str(tmp_path / "flat")
     for k in range(3):

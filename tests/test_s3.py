@@ -106,10 +106,10 @@ def test_s3_sources(s3):
 
 
 def test_not_found_hints(monkeypatch):
-    from pipeline import remote
+    from pipeline import read
     monkeypatch.setenv("S3_ENDPOINT", "127.0.0.1:9000")
-    msg = remote.hint(RuntimeError("Could not find directory"), "s3://b/x")
+    msg = read.hint(RuntimeError("Could not find directory"), "s3://b/x")
     assert "has no scheme; use e.g. 'http://127.0.0.1:9000'" in msg
     if "tensorflow_io" not in sys.modules:
         assert "needs tensorflow-io imported" in msg
-    assert remote.hint(RuntimeError("gone"), "/local/x") == "gone"
+    assert read.hint(RuntimeError("gone"), "/local/x") == "gone"

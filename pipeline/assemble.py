@@ -1,0 +1,579 @@
+"""Assemble: the one place that builds the tf.data graph from an Index (or shards) + options.
+
+plan (``pipeline.plan``: shard, shuffle) -> read + decode + transform +
+augment (one parallel map: ``Stages``) -> guard (``pipeline.guard``: the
+on_error policy) -> cache -> batch -> dtype -> prefetch -> options ->
+deliver (tf.data service, prefetch to device).
+
+Every factory, ``pipeline.profile`` and ``pipeline.show_batch`` build through
+``build``; ``built(ds)`` gives back what a dataset was built from, so that
+they can rebuild it with some options changed.
+
+Why autotune is off by default: on the 2-core reference machine, any pipeline
+with ``tf.data`` autotuning enabled settled, in most epochs, at about 1.25
+busy cores instead of 2, even with fixed ``num_parallel_calls`` and a fixed
+prefetch buffer; with autotuning disabled and a fixed parallelism of 2x the
+cores, every epoch used 1.97 cores. ``autotune=True`` turns it back on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+from typing import Callable, List, Optional, Set, Union
+
+import tensorflow as tf
+from absl import logging
+
+from pipeline import config as config_lib
+from pipeline import decode as decode_lib
+from pipeline import formats
+from pipeline import guard
+from pipeline import index as index_lib
+from pipeline import plan as plan_lib
+from pipeline import read
+from pipeline import stack
+from pipeline import transform
+
+# Every function handed to tf.data here uses explicit tf.cond / switch_case,
+# never Python control flow on tensors, so AutoGraph's source conversion is
+# skipped: it took ~2.5 s of the first dataset's build (measured with
+# cProfile), for no change in the graph.
+graph_fn = tf.autograph.experimental.do_not_convert
+
+
+@dataclasses.dataclass
+class Records:
+    """Encoded images stored in TFRecord shards (``pipeline.shards``), as a build input.
+
+    Attributes:
+        files: shard files (sorted).
+        counts: records per shard.
+        parse: ``f(serialized) -> (path, label, pre_error, contents, weight)``.
+        label_dtype: tf.int64 or tf.float32; label_shape: its shape.
+        num_classes: int or None.
+        class_names: list of str or None.
+        has_labels, has_weights: bool.
+        formats: set of format names stored (for the optional decoders).
+        read_py: ``f(path) -> (bytes, error)``: a record's bytes found again
+            from Python, for diagnosing a failed record.
+        lost_detail: in graph, names the shards that hold fewer readable
+            records than written (a str scalar).
+        buffer_size: encoded records held for shuffling.
+    """
+    files: List[str]
+    counts: List[int]
+    parse: Callable
+    label_dtype: tf.DType
+    label_shape: list
+    num_classes: Optional[int]
+    class_names: Optional[List[str]]
+    has_labels: bool
+    has_weights: bool
+    formats: Set[str]
+    read_py: Callable
+    lost_detail: Callable
+    buffer_size: int = 1024
+
+    @property
+    def num_examples(self) -> int:
+        return sum(self.counts)
+
+
+@dataclasses.dataclass
+class Built:
+    """What a dataset was built from (``ds.pipeline_built``; see ``built``).
+
+    Attributes:
+        source: the ``index.Index`` or ``Records``.
+        options: the ``config.ImageOptions``.
+        error_log: the ``guard.ErrorLog`` behind ``pipeline.errors(ds)``.
+        num_classes: int.
+        subset: "", "training" or "validation".
+    """
+    source: Union[index_lib.Index, Records]
+    options: config_lib.ImageOptions
+    error_log: guard.ErrorLog
+    num_classes: int
+    subset: str = ""
+
+    @property
+    def index(self) -> Optional[index_lib.Index]:
+        return self.source if isinstance(self.source, index_lib.Index) else None
+
+    def rebuild(self, source=None, **changes) -> tf.data.Dataset:
+        """The same dataset built again with some options changed (and an optional
+        other source, e.g. a subset of the index)."""
+        return build(self.source if source is None else source,
+                     dataclasses.replace(self.options, **changes),
+                     num_classes=self.num_classes, subset_name=self.subset or "rebuilt")
+
+
+def built(ds) -> Built:
+    """What a ``pipeline`` dataset was built from.
+
+    Raises:
+        ValueError: ``ds`` is not a dataset returned by a pipeline image factory.
+    """
+    b = getattr(ds, "pipeline_built", None)
+    if not isinstance(b, Built):
+        raise ValueError("Expected a dataset returned by a pipeline image factory (it carries "
+                         "its files and options); after .map/.take/.batch they are lost. "
+                         f"Received: {type(ds).__name__}")
+    return b
+
+
+def encode_label(label, mode, num_classes):
+    """A label as the dtype/shape of ``label_mode`` (see ``ImageOptions``)."""
+    if mode == "int":
+        return tf.cast(label, tf.int32)
+    if mode == "categorical":
+        return tf.one_hot(label, num_classes, dtype=tf.float32)
+    if mode == "binary":
+        return tf.reshape(tf.cast(label, tf.float32), [1])
+    return tf.cast(label, tf.float32)  # multi_hot vector / float target(s)
+
+
+def scale(images, dtype, normalize=None):
+    """uint8 images -> ``dtype``: uint8 kept; floats scaled to [0, 1].
+
+    ``normalize``: None ([0, 1]), "symmetric" ([-1, 1]), or (mean, std) per
+    channel in [0, 1] units, giving (x / 255 - mean) / std.
+    """
+    if dtype == tf.uint8:
+        return images
+    x = tf.cast(images, tf.float32) / 255.0
+    if normalize == "symmetric":
+        x = x * 2.0 - 1.0
+    elif normalize is not None:
+        mean, std = normalize
+        x = (x - tf.constant(mean, tf.float32)) / tf.constant(std, tf.float32)
+    return tf.cast(x, dtype)
+
+
+def element_seeds(opts) -> tf.data.Dataset:
+    """Per-element stateless seeds [2] int64: a fresh, seeded stream each epoch.
+
+    Zipped to the plan in epoch order, so an element's seed depends on (seed,
+    epoch, position), never on thread timing.
+    """
+    return tf.data.Dataset.random(seed=opts.seed, rerandomize_each_iteration=True).batch(2)
+
+
+class Stages:
+    """The per-element work of the parallel map: decode -> transform -> augment.
+
+    Picks the fast JPEG paths: with ``augment.random_resized_crop`` the crop
+    window comes from the header and seed, and only it is decoded; with
+    ``resize="crop"`` the centre window likewise; with ``resize="stretch"``
+    a JPEG >= 2x the target in both sides is decoded at 1/2, 1/4 or 1/8
+    scale. ``fast_jpeg=False`` turns all three off. Augmentation runs here
+    unless a cache sits in between (then after it, fresh each epoch).
+    """
+
+    def __init__(self, opts, decoder: decode_lib.Decoder):
+        self.opts = opts
+        self.decoder = decoder
+        self.augment_here = opts.augment is not None and opts.cache is None
+
+    def __call__(self, contents, seed):
+        opts, aug, size = self.opts, self.opts.augment, self.opts.image_size
+        fast = opts.fast_jpeg
+        if self.augment_here and aug.random_resized_crop is not None:
+            window = (lambda shape: aug.crop_window(shape, seed)) if fast else None
+            image, reason = self.decoder.decode(contents, window_fn=window)
+            return aug(image, seed, output_size=size, crop_done=window is not None), reason
+        if size is not None and opts.resize == "crop" and fast:
+            th, tw = size
+            image, reason = self.decoder.decode(
+                contents, window_fn=lambda s: transform.center_crop_window(s[0], s[1], th, tw))
+            image = transform.resize(image, size, "stretch", opts.interpolation)
+        else:
+            # DCT scaling only for "stretch": "pad" places the content by the
+            # source's exact aspect ratio, which the rounded sizes of a
+            # reduced-scale decode shift by a pixel.
+            target = size if (size is not None and fast and opts.resize == "stretch") else None
+            image, reason = self.decoder.decode(contents, target=target)
+            image = self.finish(image, seed, augment=False)
+        if self.augment_here:
+            image = aug(image, seed)
+        return image, reason
+
+    def finish(self, image, seed=None, augment=True):
+        """The stages after a whole decode: resize, then augment (for diagnosis)."""
+        opts = self.opts
+        if opts.image_size is not None:
+            image = transform.resize(image, opts.image_size, opts.resize, opts.interpolation)
+        if augment and opts.augment is not None:
+            seed = tf.constant([0, 0], tf.int64) if seed is None else seed
+            if opts.augment.random_resized_crop is not None:
+                return opts.augment(image, seed, output_size=opts.image_size)
+            image = opts.augment(image, seed)
+        return image
+
+
+def _optional_decoders(paths, stored_formats):
+    """(tensorflow-io decoders to build in, why tensorflow-io is unusable or "").
+
+    Only formats that some file's extension (or the shards' sidecar) names,
+    and only where tensorflow-io's ops load: probing it imports it, which
+    costs seconds, so a folder of JPEGs never does. Remote files may be
+    anything.
+    """
+    wanted = set(stored_formats) | formats.hinted_formats(paths)
+    if any(read.is_remote(p) for p in paths[:1]):
+        wanted |= {"tiff"}
+    if stack.core_webp():
+        wanted.discard("webp")
+    wanted &= {"webp", "tiff", "avif"}
+    if not wanted:
+        return set(), ""
+    status = stack.tfio_status()
+    if not status.available:
+        logging.warning("pipeline: %s files will be refused: %s", "/".join(sorted(wanted)),
+                        status.reason)
+        return set(), status.reason
+    return wanted, ""
+
+
+def make_stages(source, opts):
+    """(decoder, stages) of the parallel map for ``source`` (an Index or Records).
+
+    Also used by ``pipeline.profile`` to time each stage of the very map
+    ``build`` runs.
+    """
+    paths = source.paths if isinstance(source, index_lib.Index) else []
+    if any(read.is_remote(p) for p in paths[:1]):
+        read.ensure_filesystem(paths[0])
+    stored = source.formats if isinstance(source, Records) else ()
+    tfio_formats, unusable = _optional_decoders(paths, stored)
+    decoder = decode_lib.Decoder(
+        opts.channels, opts.max_pixels, opts.exif_orientation, tfio_formats=tfio_formats,
+        tfio_unusable=unusable, fallback=not opts.service)
+    return decoder, Stages(opts, decoder)
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (bytes); 0 when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _size(num_bytes: int) -> str:
+    return f"{num_bytes / 2**20:,.0f} MiB" if num_bytes >= 2**20 else f"{num_bytes:,} bytes"
+
+
+def check_cache_budget(opts, n: int) -> Optional[int]:
+    """Estimates the cache size (bytes) up front; refuses one over budget.
+
+    The estimate is ``n * height * width * channels`` bytes (uint8 elements
+    after resize). The budget is ``cache_budget_bytes`` or, by default, half
+    of the available memory (``cache="memory"``) or the free disk space
+    (a cache file). Without ``image_size`` the size cannot be estimated and
+    a warning says so.
+
+    Raises:
+        ValueError: the cache file's folder does not exist, or the estimate
+            exceeds the budget (both figures named).
+    """
+    if opts.cache is None:
+        return None
+    if opts.cache != "memory":
+        folder = os.path.dirname(os.path.abspath(str(opts.cache))) or "."
+        if not read.is_remote(str(opts.cache)) and not os.path.isdir(folder):
+            raise ValueError(f"The folder of the cache file does not exist: {folder!r}. "
+                             f"Create it first. Received: cache={opts.cache!r}")
+    if opts.image_size is None:
+        logging.warning("pipeline: cache=%r with image_size=None: the cache size cannot be "
+                        "estimated up front (native sizes)", opts.cache)
+        return None
+    h, w = opts.image_size
+    estimate = n * h * w * opts.channels
+    if opts.cache_budget_bytes is not None:
+        budget, what = opts.cache_budget_bytes, "cache_budget_bytes"
+    elif opts.cache == "memory":
+        budget, what = available_memory_bytes() // 2, "half the available memory"
+    else:
+        folder = os.path.dirname(os.path.abspath(str(opts.cache))) or "."
+        budget, what = shutil.disk_usage(folder).free, f"the free space in {folder}"
+    if budget and estimate > budget:
+        raise ValueError(
+            f"cache={opts.cache!r} would hold about {_size(estimate)} "
+            f"({n} images x {h}x{w}x{opts.channels} bytes), more than {what} "
+            f"({_size(budget)}). Use a smaller image_size, a cache file on a larger "
+            f"disk, cache=None, or set cache_budget_bytes. Received: cache={opts.cache!r}")
+    return estimate
+
+
+def cache_file(opts, source) -> str:
+    """The cache file prefix for ``cache=path``: ``path`` + "-" + a fingerprint.
+
+    The fingerprint (SHA-1, 16 hex digits) covers what the cached elements
+    depend on: the files (paths, sizes, labels) and the options applied
+    before the cache (image size, resize, interpolation, channels, label
+    mode, EXIF, max_pixels, fast_jpeg, on_error, sharding). A cache written
+    for other files or options, or left incomplete by an epoch that failed on
+    a bad file which was then fixed or removed, is never read back as this
+    dataset's.
+    """
+    h = hashlib.sha1()
+    parts = [opts.image_size, opts.resize, opts.interpolation, opts.channels, opts.label_mode,
+             opts.exif_orientation, opts.max_pixels, opts.fast_jpeg, opts.on_error,
+             opts.include_paths, (opts.num_pipelines, opts.pipeline_id)]
+    h.update(repr(parts).encode())
+    if isinstance(source, Records):
+        h.update(repr((source.files, source.counts)).encode())
+    else:
+        h.update(repr(source.paths).encode())
+        h.update(source.sizes().tobytes())
+        for arr in (source.labels, source.weights):
+            h.update(b"-" if arr is None else arr.tobytes())
+    prefix = f"{opts.cache}-{h.hexdigest()[:16]}"
+    # An epoch that failed on a bad file (raise mode) leaves an index with no
+    # data: TensorFlow would read it back as an empty, complete cache.
+    if (not read.is_remote(prefix) and os.path.exists(prefix + ".index")
+            and not tf.io.gfile.glob(prefix + ".data-*")):
+        logging.warning("pipeline: removing the incomplete cache %s.index (an earlier epoch "
+                        "did not finish)", prefix)
+        os.remove(prefix + ".index")
+    return prefix
+
+
+def _file_plan(idx: index_lib.Index, opts, label_spec):
+    """Plan elements ``(row, label, pre_error, b"", weight)`` of a path table."""
+    rows, expected = plan_lib.rows(len(idx), opts)
+    label_dtype, _ = label_spec
+    labels = (tf.constant(idx.labels, label_dtype) if idx.labels is not None
+              and opts.label_mode is not None else None)
+    weights = tf.constant(idx.weights, tf.float32) if idx.weights is not None else None
+    errors = None
+    if idx.errors:
+        keys = tf.constant(sorted(idx.errors), tf.int64)
+        values = tf.constant([idx.errors[k] for k in sorted(idx.errors)], tf.string)
+        errors = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), "")
+
+    def element(row):
+        label = tf.gather(labels, row) if labels is not None else tf.constant(0, tf.int64)
+        pre = errors.lookup(row) if errors is not None else tf.constant("")
+        weight = tf.gather(weights, row) if weights is not None else tf.constant(1.0)
+        return row, label, pre, tf.constant(b""), weight
+
+    return rows.map(graph_fn(element)), expected
+
+
+def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] = None,
+          subset_name: str = "") -> tf.data.Dataset:
+    """Builds the dataset for one Index (one subset) or one set of TFRecord shards.
+
+    Args:
+        source: an ``index.Index``, or ``Records``.
+        opts: validated options.
+        num_classes: for one-hot labels (default: from the source).
+        subset_name: "training" / "validation" for messages.
+
+    Returns:
+        The ``tf.data.Dataset`` described in ``pipeline.from_directory``, with
+        attributes ``class_names``, ``file_paths``, ``cache_estimate_bytes``
+        and ``pipeline_built`` (see ``built``).
+
+    Raises:
+        ValueError: an empty subset, ``label_mode="binary"`` without exactly
+            2 classes, or a cache over budget.
+    """
+    records = source if isinstance(source, Records) else None
+    idx = source if records is None else None
+    n = len(idx) if records is None else records.num_examples
+    if n == 0:
+        raise ValueError(
+            f"The {subset_name or 'dataset'} subset is empty: no files to read. "
+            "Lower `validation_split` or add files. "
+            f"Received: subset={subset_name!r}")
+    if records is None:
+        has_labels = idx.labels is not None and opts.label_mode is not None
+        class_names = idx.class_names
+        num_classes = num_classes or idx.num_classes
+        label_spec = ((tf.int64 if idx.label_kind == "int" else tf.float32)
+                      if has_labels else tf.int64, None)
+    else:
+        has_labels = records.has_labels and opts.label_mode is not None
+        class_names = records.class_names
+        num_classes = num_classes or records.num_classes or 0
+        label_spec = (records.label_dtype, records.label_shape)
+    if has_labels and opts.label_mode == "binary" and num_classes != 2:
+        raise ValueError(
+            "`label_mode='binary'` needs exactly 2 classes; found "
+            f"{num_classes}. Received: label_mode='binary', class_names={class_names!r}")
+    if idx is not None and idx.errors:
+        bad = idx.bad
+        logging.warning("pipeline: %d of %d file(s) are bad at index time (%s ...); "
+                        "they are %s when met", len(bad), n,
+                        "; ".join(f"{p}: {e}" for p, e in bad[:3]),
+                        "skipped and recorded" if opts.on_error == "skip" else "raised")
+    paths = idx.paths if idx is not None else []
+    decoder, stages = make_stages(source, opts)
+    cache_estimate = check_cache_budget(opts, n)
+    error_log = guard.ErrorLog(n, opts.max_errors)
+
+    def read_py(path):
+        return records.read_py(path) if records is not None else read.try_read(path)
+
+    def why_failed_py(path):
+        contents, err = read_py(path)
+        return guard.diagnose(contents, err, lambda c: decoder.decode(c),
+                              lambda img: stages.finish(img))
+
+    src = guard.Source(None if records is not None else paths, why_failed_py)
+    if records is None:
+        plan, expected = _file_plan(idx, opts, label_spec)
+        label0 = tf.zeros([], label_spec[0]) if not has_labels or idx.label_kind != "vector" \
+            else tf.zeros([idx.labels.shape[1]], tf.float32)
+    else:
+        serialized, expected = plan_lib.records(
+            records.files, records.counts, opts, tf.data.TFRecordDataset, records.buffer_size)
+        plan = serialized.map(graph_fn(records.parse), num_parallel_calls=opts.parallelism,
+                              deterministic=True)
+        label0 = tf.zeros(records.label_shape, records.label_dtype)
+    sentinel = (src.empty_key, label0, tf.constant(guard.SENTINEL), tf.constant(b""),
+                tf.constant(0.0))
+    augment_seeds = stages.augment_here
+    seeds = element_seeds(opts) if augment_seeds else tf.data.Dataset.from_tensors(
+        tf.zeros([2], tf.int64)).repeat()
+
+    def element(pos, window, key, label, pre_error, contents, weight, seed):
+        def load():
+            data = contents if src.records else tf.io.read_file(src.name(key))
+            return stages(data, seed)
+
+        def placeholder():  # bad at index time, or the end-of-epoch sentinel
+            return stages.finish(decoder.placeholder(), seed, augment=False), pre_error
+
+        image, reason = tf.cond(tf.strings.length(pre_error) > 0, placeholder, load)
+        if opts.image_size is not None:
+            image.set_shape(list(opts.image_size) + [opts.channels])
+        else:
+            image.set_shape([None, None, opts.channels])
+        y = encode_label(label, opts.label_mode, num_classes) if has_labels else label
+        return image, y, weight, key, pos, window, reason
+
+    batch_size = opts.replica_batch_size
+    batch_here = (batch_size is not None and opts.image_size is not None
+                  and opts.cache is None and not opts.drop_remainder)
+    ds = guard.chunked(plan, sentinel, seeds, src.empty_key)
+    # Order is kept here (the gap check needs it); `deterministic` applies to
+    # the other stages through tf.data.Options.
+    ds = ds.map(graph_fn(element), num_parallel_calls=opts.parallelism, deterministic=True)
+    ds = ds.ignore_errors()
+    # The check runs on the user's batches when nothing sits between here and
+    # batching (a batch that held a skipped file is then smaller by that
+    # many); otherwise on internal chunks that are unbatched again.
+    # Variable-size (native) images cannot be batched: checked one by one.
+    ds = ds.batch(batch_size if batch_here else (guard.CHUNK if opts.image_size else 1))
+    ds = ds.scan(tf.constant(-1, tf.int64), graph_fn(guard.check_fn(
+        opts, error_log, src, expected, records.lost_detail if records else None)))
+    if batch_here:
+        # A batch can end up empty (it held only the sentinel, or only bad files).
+        ds = ds.filter(graph_fn(lambda image, *rest: tf.shape(image)[0] > 0))
+    else:
+        ds = ds.unbatch()
+
+    has_weights = (idx.weights is not None if idx is not None else records.has_weights) \
+        and has_labels
+
+    def structure(image, y, weight, key):
+        out = (image,) + ((y,) if has_labels else ()) + ((weight,) if has_weights else ())
+        if opts.include_paths:
+            out += (src.name(key),)
+        return out[0] if len(out) == 1 else out
+
+    ds = ds.map(graph_fn(structure))
+    if opts.cache is not None:
+        ds = ds.cache("" if opts.cache == "memory" else cache_file(opts, source))
+        ds = plan_lib.after_cache(ds, n, opts)
+        if opts.augment is not None:  # random ops after the cache, fresh each epoch
+            aug = opts.augment
+
+            def augment(el, seed):
+                if not isinstance(el, tuple):
+                    return _aug(aug, el, seed, opts)
+                return (_aug(aug, el[0], seed, opts),) + tuple(el[1:])
+
+            ds = tf.data.Dataset.zip(ds, element_seeds(opts)).map(
+                graph_fn(augment), num_parallel_calls=opts.parallelism,
+                deterministic=opts.is_deterministic)
+    if batch_size is not None and not batch_here:
+        ds = ds.batch(batch_size, drop_remainder=opts.drop_remainder)
+    if opts.dtype != tf.uint8:
+        def to_dtype(*el):
+            return (scale(el[0], opts.dtype, opts.normalize),) + el[1:] if len(el) > 1 else \
+                scale(el[0], opts.dtype, opts.normalize)
+        ds = ds.map(graph_fn(to_dtype))
+    if opts.on_error == "raise" and expected is not None and not opts.service:
+        # Every element arrives or the epoch raises: the length is known, so
+        # len(ds) works and Keras knows the steps per epoch.
+        count = expected
+        if batch_size is not None:
+            count = expected // batch_size if opts.drop_remainder else -(-expected // batch_size)
+        ds = ds.apply(tf.data.experimental.assert_cardinality(count))
+    if opts.prefetch:
+        ds = ds.prefetch(opts.prefetch)
+
+    options = tf.data.Options()
+    options.autotune.enabled = bool(opts.autotune)
+    if opts.autotune and opts.ram_budget_bytes:
+        options.autotune.ram_budget = opts.ram_budget_bytes
+    if opts.threadpool_size:
+        options.threading.private_threadpool_size = opts.threadpool_size
+    options.deterministic = opts.is_deterministic
+    # Iterator checkpoints (tf.train.Checkpoint(iterator=it)): the stateful ops
+    # in this graph hold no state across elements (the raise-mode Assert, the
+    # guard's rare-path recorder and diagnosis, the Pillow fallback), so
+    # ignoring them is exact.
+    options.experimental_external_state_policy = (
+        tf.data.experimental.ExternalStatePolicy.IGNORE)
+    ds = ds.with_options(options)
+
+    if opts.service:
+        from pipeline import distribute  # pylint: disable=import-outside-toplevel
+        ds = ds.apply(distribute.service_transformation(opts))
+    if opts.prefetch_to_device:  # must be the last stage; one device, no strategy
+        ds = ds.apply(tf.data.experimental.prefetch_to_device(
+            opts.prefetch_to_device, buffer_size=max(opts.prefetch, 1)))
+
+    ds.class_names = list(class_names) if class_names else None
+    ds.file_paths = list(idx.paths) if idx is not None else None
+    ds.cache_estimate_bytes = cache_estimate
+    ds.pipeline_built = Built(source, opts, error_log, num_classes, subset_name)
+    return ds
+
+
+def _aug(aug, image, seed, opts):
+    if aug.random_resized_crop is not None:
+        return aug(image, seed, output_size=opts.image_size)
+    return aug(image, seed)
+
+
+def build_subsets(idx: index_lib.Index, opts: config_lib.ImageOptions):
+    """The dataset, or the subset(s) that ``validation_split`` / ``subset`` ask for.
+
+    Each subset is built with its own options (``ImageOptions.for_subset``:
+    the validation subset is not augmented unless ``augment_validation``).
+    """
+    num_classes = idx.num_classes
+    if opts.validation_split is None:
+        return build(idx, opts, num_classes=num_classes)
+    train, val = index_lib.split(idx, opts.validation_split, opts.seed)
+    make = {"training": lambda: build(train, opts.for_subset("training"),
+                                      num_classes=num_classes, subset_name="training"),
+            "validation": lambda: build(val, opts.for_subset("validation"),
+                                        num_classes=num_classes, subset_name="validation")}
+    if opts.subset == "both":
+        return make["training"](), make["validation"]()
+    return make[opts.subset]()

@@ -1,0 +1,117 @@
+"""Argument checks shared by every stage (the base of the package: imports no other module).
+
+Every bad argument raises ``ValueError`` naming the argument and the value
+received, in Keras' form: ``"... Received: image_size=(0, 224)"``.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from typing import Any, Optional, Sequence, Tuple
+
+import numpy as np
+
+
+def received(name: str, value: Any) -> str:
+    """``"Received: name=value"``, with numpy scalars printed as plain Python values."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    return f"Received: {name}={value!r}"
+
+
+def cpu_count() -> int:
+    """Cores this process may run on (affinity-aware; ``os.cpu_count()`` elsewhere)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def check_int(name: str, value, minimum: int = 1, allow_none: bool = False) -> Optional[int]:
+    """``value`` as a Python int >= ``minimum`` (numpy integers accepted; bools refused).
+
+    Raises:
+        ValueError: naming ``name`` and the value received.
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) \
+            or value < minimum:
+        raise ValueError(
+            f"`{name}` must be an integer >= {minimum}"
+            + (" or None" if allow_none else "") + f". {received(name, value)}")
+    return int(value)
+
+
+def check_bool(name: str, value) -> bool:
+    """``value`` as a bool (numpy bools accepted).
+
+    Raises:
+        ValueError: naming ``name`` and the value received.
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be True or False. {received(name, value)}")
+    return bool(value)
+
+
+def check_choice(name: str, value, choices: Sequence):
+    """``value`` when it is one of ``choices``.
+
+    Raises:
+        ValueError: naming ``name``, the choices and the value received.
+    """
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {list(choices)}. {received(name, value)}")
+    return value
+
+
+def check_image_size(image_size, batch_size, name: str = "image_size"
+                     ) -> Optional[Tuple[int, int]]:
+    """(height, width) in pixels as two positive ints, or None (native size).
+
+    An int ``n`` means (n, n). None needs ``batch_size=None``: images of
+    different sizes cannot be batched.
+
+    Raises:
+        ValueError: naming ``name`` and the value received.
+    """
+    if image_size is None:
+        if batch_size is not None:
+            raise ValueError(
+                f"`{name}=None` (native size) needs `batch_size=None`, since "
+                "images of different sizes cannot be batched. "
+                f"{received('batch_size', batch_size)}")
+        return None
+    if isinstance(image_size, numbers.Integral) and not isinstance(image_size, bool):
+        image_size = (image_size, image_size)
+    try:
+        h, w = image_size
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be (height, width) of positive integers or None. "
+                         f"{received(name, image_size)}") from None
+    for v in (h, w):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v <= 0:
+            raise ValueError(f"`{name}` must be (height, width) of positive integers or "
+                             f"None. {received(name, image_size)}")
+    return (int(h), int(w))
+
+
+def check_class_names(class_names: Optional[Sequence[str]]) -> Optional[list]:
+    """Class names as a list of distinct str, or None.
+
+    Raises:
+        ValueError: a single str, duplicates, or an empty sequence.
+    """
+    if class_names is None:
+        return None
+    if isinstance(class_names, str):
+        raise ValueError(
+            "`class_names` must be a sequence of str, not a single str. "
+            f"{received('class_names', class_names)}")
+    names = [str(c) for c in class_names]
+    if len(set(names)) != len(names):
+        raise ValueError(f"`class_names` has duplicates. {received('class_names', names)}")
+    if not names:
+        raise ValueError(f"`class_names` is empty. {received('class_names', names)}")
+    return names

@@ -1,0 +1,123 @@
+"""Plan: the only place that orders elements, for every source.
+
+The order of operations is always: shard (``input_context``, or the tf.data
+service's file sharding), then shuffle, then (in ``pipeline.assemble``) cache
+and repeat. So every element is delivered exactly once per epoch across all
+input pipelines, whatever ``seed`` is, and a cache holds a shuffled epoch.
+
+* Rows of a path table (folders, path lists, manifests): the rows of this
+  pipeline's shard are permuted anew each epoch with
+  ``tf.random.experimental.index_shuffle`` (a keyed pseudorandom permutation:
+  no shuffle buffer, so the first element comes at once, even for millions
+  of files, and memory does not grow with the dataset). The key is drawn per
+  epoch from ``Dataset.random(seed, rerandomize_each_iteration=True)``: the
+  same seed gives the same orders, epoch after epoch.
+* Records of TFRecord shards: with at least as many shards as input
+  pipelines, each pipeline reads whole shards (shard order reshuffled each
+  epoch); with fewer shards, every pipeline reads all shards in the same
+  fixed, deterministic order and keeps every k-th record (shuffling the shard
+  order per pipeline before an element shard would lose and duplicate
+  records when ``seed`` is None). Records are then shuffled in a buffer.
+* After a cache (``after_cache``): cached elements are reshuffled each epoch
+  in a buffer of up to 1,024 elements; the cache itself holds a shuffled
+  first epoch, so classes stored in order do not cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+from absl import logging
+
+AFTER_CACHE_BUFFER = 1024
+graph_fn = tf.autograph.experimental.do_not_convert
+
+
+def _epoch_keys(seed: Optional[int]) -> tf.data.Dataset:
+    """One int64 [2] key per epoch, drawn from ``seed``."""
+    return tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(
+        2, drop_remainder=True).take(1)
+
+
+def rows(n: int, opts) -> Tuple[tf.data.Dataset, Optional[int]]:
+    """This input pipeline's rows of an n-row table, sharded then shuffled.
+
+    Returns:
+        (dataset of int64 scalar rows, the number of rows per epoch, or None
+        when the tf.data service decides the share).
+    """
+    k, i = opts.num_pipelines, opts.pipeline_id
+    m = len(range(i, n, k))
+    if k > 1 and n < k:
+        logging.warning("pipeline: %d files < %d input pipelines: input pipeline %d gets %s",
+                        n, k, i, "no elements" if m == 0 else "1 element")
+    if opts.shuffle and m > 1:
+        def permuted(key):
+            return tf.data.Dataset.range(m).map(graph_fn(
+                lambda j: i + k * tf.random.experimental.index_shuffle(j, key, m - 1)))
+        ds = _epoch_keys(opts.seed).flat_map(graph_fn(permuted))
+    else:
+        ds = tf.data.Dataset.range(i, n, k)
+    expected = m
+    if opts.service and opts.processing_mode == "file":
+        # tf.data service "file" mode = ShardingPolicy.HINT: the dispatcher
+        # fills in (num_workers, worker_index); see pipeline.distribute.
+        ds = ds.shard(tf.data.experimental.SHARD_HINT, tf.data.experimental.SHARD_HINT)
+    if opts.service and opts.processing_mode != "off":
+        expected = None  # the service splits the plan between its workers
+    return ds, expected
+
+
+def records(files: Sequence[str], counts: Sequence[int], opts, reader: Callable,
+            buffer_size: int) -> Tuple[tf.data.Dataset, Optional[int]]:
+    """This input pipeline's records of TFRecord shards, sharded then shuffled.
+
+    Args:
+        files: shard files, in their sorted order.
+        counts: records per shard.
+        reader: ``f(file) -> Dataset`` of serialized records.
+        buffer_size: encoded records held for shuffling.
+
+    Returns:
+        (dataset of serialized records, records per epoch or None when the
+        tf.data service decides the share).
+    """
+    k, i = opts.num_pipelines, opts.pipeline_id
+    n = sum(counts)
+    by_file = k == 1 or len(files) >= k
+    ds = tf.data.Dataset.from_tensor_slices(list(files))
+    if by_file:
+        mine = list(range(i, len(files), k))
+        expected = sum(counts[j] for j in mine)
+        if k > 1:
+            ds = ds.shard(k, i)
+        if opts.shuffle and len(mine) > 1:
+            ds = ds.shuffle(len(mine), seed=opts.seed, reshuffle_each_iteration=True)
+    else:
+        expected = len(range(i, n, k))
+        logging.info("pipeline: %d shards < %d input pipelines: every pipeline reads all "
+                     "shards in the same order and keeps every %d-th record", len(files), k, k)
+    if opts.service and opts.processing_mode == "file":
+        ds = ds.shard(tf.data.experimental.SHARD_HINT, tf.data.experimental.SHARD_HINT)
+    cycle = len(files) if len(files) <= 64 else 16
+    # Element sharding needs the same record order in every pipeline.
+    det = True if not by_file else opts.is_deterministic
+    ds = ds.interleave(reader, cycle_length=cycle, block_length=1,
+                       num_parallel_calls=min(cycle, opts.parallelism), deterministic=det)
+    if not by_file:
+        ds = ds.shard(k, i)
+    if opts.shuffle:
+        ds = ds.shuffle(max(1, min(expected, buffer_size)), seed=opts.seed,
+                        reshuffle_each_iteration=True)
+    if opts.service and opts.processing_mode != "off":
+        expected = None
+    return ds, expected
+
+
+def after_cache(ds: tf.data.Dataset, n: int, opts) -> tf.data.Dataset:
+    """Cached elements reshuffled each epoch (in a buffer of up to 1,024)."""
+    if not opts.shuffle:
+        return ds
+    return ds.shuffle(max(1, min(n, AFTER_CACHE_BUFFER)), seed=opts.seed,
+                      reshuffle_each_iteration=True)
