@@ -194,7 +194,8 @@ def cmd_bench(argv: List[str]) -> int:
     if unknown and not FLAGS.profile:
         raise usage_error(f"--compare: unknown candidate(s) {unknown}; known: "
                           f"{sorted(bench.CANDIDATES)}. Received: {FLAGS.compare!r}")
-    data_dir = sample.default_data_dir(FLAGS.data_dir, num_images=FLAGS.sample_images)
+    data_dir = sample.default_data_dir(FLAGS.data_dir, num_images=FLAGS.sample_images,
+                                        shared=False)
     logging.info("pipeline bench: data in %s", data_dir)
     if FLAGS.profile:
         import pipeline

@@ -103,17 +103,22 @@ def shared_dir(*parts: str):
 
 
 def default_data_dir(data_dir: str | None = None, num_images: int = 256,
-                     num_classes: int = 4) -> str:
+                     num_classes: int = 4, shared: bool = True) -> str:
     """The data folder of the benchmarks, notebooks and ``pipeline bench``.
 
     The first of: ``data_dir`` (a flag or parameter) when given;
     ``$PIPELINE_DATA_DIR`` when set; ``../shared/data/imagenet-sample``
     relative to the repository when it exists; else the built-in sample
     (``ensure_sample(num_images, num_classes)``, generated once, no network).
+    Benchmarks and notebooks call this, so that none names a machine path.
 
     Args:
         data_dir: str or None, an explicit folder (returned as given).
         num_images, num_classes: the built-in sample's size, when it is used.
+        shared: look for ``../shared/data/imagenet-sample`` (False: go from
+            the environment variable straight to the built-in sample, as the
+            quick-start ``pipeline bench`` does, so that its figure is the one
+            any fresh clone gets).
 
     Returns:
         str, a folder path.
@@ -131,9 +136,9 @@ def default_data_dir(data_dir: str | None = None, num_images: int = 256,
                 f"${DATA_DIR_ENV} is not a folder: {env!r}. Unset it to use the built-in "
                 "sample, or point it at a folder of class sub-folders.")
         return env
-    shared = shared_dir("data", "imagenet-sample")
-    if shared and os.path.isdir(shared):
-        return shared
+    found = shared_dir("data", "imagenet-sample") if shared else None
+    if found and os.path.isdir(found):
+        return found
     return ensure_sample(num_images, num_classes)
 
 
