@@ -1,6 +1,6 @@
 """pipeline: fast, flat-memory, honest TensorFlow input pipelines from file paths.
 
-Public API (see ``API.md`` in the project's shared folder and README.md):
+Public API (reference: ``docs/api.md``, generated from the docstrings; tour: README.md):
 dataset factories ``from_directory``, ``from_paths``, ``from_manifest``,
 ``from_npy_shards``, ``from_generator``, ``from_tfrecords``; ``write_tfrecords``;
 ``errors``, ``scan``, ``Augment``, ``profile``, ``show_batch``.

@@ -443,9 +443,14 @@ def _first_positional(args: Sequence[str]) -> Optional[str]:
 
 
 def _error(command_name: Optional[str], message: str) -> int:
-    where = f"pipeline {command_name}" if command_name else "pipeline"
-    hint = (f"{PROG} {command_name} --help" if command_name in COMMANDS else f"{PROG} --help")
-    print(f"{where}: error: {message}\n({hint} shows the usage)", file=sys.stderr)
+    """Prints a usage error (the message and the usage line, not the flag list): exit 2."""
+    known = command_name in COMMANDS
+    where = f"pipeline {command_name}" if known else "pipeline"
+    usage = (COMMANDS[command_name].synopsis if known else
+             f"{PROG} <{'|'.join(COMMANDS)}> [ARGS] [--flags]")
+    hint = f"{PROG} {command_name} --help" if known else f"{PROG} --help"
+    print(f"{where}: error: {message}\nusage: {usage}\n({hint} shows the arguments and flags)",
+          file=sys.stderr)
     return USAGE_ERROR
 
 
