@@ -34,11 +34,15 @@ import time
 
 from absl import app, flags
 
+from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
+from candidates import data_dir as _data_dir  # noqa: E402
+from pipeline import sample  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Class-folder photo root.")
+flags.DEFINE_string("data_dir", None, "Class-folder photo root. " + DATA_DIR_HELP)
 flags.DEFINE_integer("num_images", 0, "Use only the first N photos (symlinked); 0 = all.")
 flags.DEFINE_integer("sample_images", 0, "Use pipeline's built-in generated sample of N "
                      "JPEGs instead of --data_dir (for machines without the photos).")
@@ -120,7 +124,7 @@ def run(data_dir, model_kind="auto", mixed="auto", image_size=224, batch_size=64
     med = {k: statistics.median(v) for k, v in runs.items()}
     return {"benchmark": "gpu_saturation", "model": kind, "mixed_precision": use_mixed,
             "gpus": [g.name for g in gpus], "device": "GPU" if gpus else "CPU",
-            "data_dir": data_dir, "num_files": n_files, "num_classes": num_classes,
+            "data_dir": sample.data_dir_label(data_dir), "num_files": n_files, "num_classes": num_classes,
             "image_size": image_size, "batch_size": batch_size, "steps": steps,
             "warmup": warmup, "repeats": repeats,
             "synthetic_images_per_sec": med["synthetic"],
@@ -130,6 +134,7 @@ def run(data_dir, model_kind="auto", mixed="auto", image_size=224, batch_size=64
 
 def main(argv):
     del argv
+    FLAGS.data_dir = _data_dir(FLAGS.data_dir)
     from pipeline import bench
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = FLAGS.data_dir
@@ -137,12 +142,11 @@ def main(argv):
             from pipeline import sample
             data_dir = sample.ensure_sample(FLAGS.sample_images)
         elif FLAGS.num_images:
-            from pipeline import peers as _peers
             data_dir = _peers.symlink_tree(FLAGS.data_dir, FLAGS.num_images,
                                            os.path.join(tmp, "data"))
         out = run(data_dir, FLAGS.model, FLAGS.mixed_precision, FLAGS.image_size,
                   FLAGS.batch_size, FLAGS.steps, FLAGS.warmup, FLAGS.repeats)
-    out["source_dir"] = FLAGS.data_dir
+    out["source_dir"] = sample.data_dir_label(FLAGS.data_dir)
     png = FLAGS.png_out or os.path.splitext(FLAGS.json_out)[0] + ".png"
     out["png"] = bench.bar_chart(
         png, ["synthetic", "pipeline"],

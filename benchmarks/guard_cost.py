@@ -32,15 +32,19 @@ import tempfile
 
 from absl import app, flags
 
+from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
+from candidates import data_dir as _data_dir  # noqa: E402
+from pipeline import sample  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from pipeline import bench  # noqa: E402
 from pipeline import index as index_lib  # noqa: E402
-from pipeline import peers as _peers  # noqa: E402
+import candidates as _peers  # noqa: E402  (benchmarks/candidates.py)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Class-folder photo root.")
+flags.DEFINE_string("data_dir", None, "Class-folder photo root. " + DATA_DIR_HELP)
 flags.DEFINE_integer("num_images", 0, "Use only the first N photos (symlinked); 0 = all.")
 flags.DEFINE_integer("image_size", 224, "Output height and width (pixels).")
 flags.DEFINE_integer("batch_size", 64, "Batch size (images).")
@@ -61,7 +65,7 @@ def run(data_dir, image_size=224, batch_size=64, epochs=3, repeats=5, seed=None,
             "batch_size": batch_size, "epochs": epochs, "seed": seed, "num_images": len(idx)}
     res = bench.run_candidates(["pipeline", "plain"], spec, repeats=repeats, progress=progress,
                                timeout=timeout)
-    out = {"benchmark": "guard_cost", "data_dir": data_dir, "num_images": len(idx),
+    out = {"benchmark": "guard_cost", "data_dir": sample.data_dir_label(data_dir), "num_images": len(idx),
            "image_size": image_size, "batch_size": batch_size, "epochs": epochs,
            "repeats": repeats, "seed": seed, "candidates": res, "max_cost": max_cost}
     for key, suffix in (("images_per_sec", ""), ("steady_images_per_cpu_sec", "_cpu"),
@@ -79,6 +83,7 @@ def run(data_dir, image_size=224, batch_size=64, epochs=3, repeats=5, seed=None,
 
 def main(argv):
     del argv
+    FLAGS.data_dir = _data_dir(FLAGS.data_dir)
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = FLAGS.data_dir
         if FLAGS.num_images:
@@ -86,7 +91,7 @@ def main(argv):
                                            os.path.join(tmp, "data"))
         out = run(data_dir, FLAGS.image_size, FLAGS.batch_size, FLAGS.epochs, FLAGS.repeats,
                   FLAGS.seed, FLAGS.timeout, FLAGS.progress, FLAGS.max_cost)
-    out["source_dir"] = FLAGS.data_dir
+    out["source_dir"] = sample.data_dir_label(FLAGS.data_dir)
     png = FLAGS.png_out or os.path.splitext(FLAGS.json_out)[0] + ".png"
     res = out["candidates"]
     rounds = [f"round {i + 1}" for i in range(FLAGS.repeats)] + ["median"]

@@ -30,14 +30,18 @@ import tempfile
 
 from absl import app, flags
 
+from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
+from candidates import data_dir as _data_dir  # noqa: E402
+from pipeline import sample  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from pipeline import bench  # noqa: E402
-from pipeline import peers as _peers  # noqa: E402
+import candidates as _peers  # noqa: E402  (benchmarks/candidates.py)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Photos to repeat.")
+flags.DEFINE_string("data_dir", None, "Photos to repeat. " + DATA_DIR_HELP)
 flags.DEFINE_list("sizes", ["1000", "20000"], "File counts, smallest first.")
 flags.DEFINE_list("candidates", ["pipeline", "in_memory"], "Candidates.")
 flags.DEFINE_integer("num_classes", 100, "Class sub-folders in each generated folder.")
@@ -66,7 +70,7 @@ def run(data_dir, sizes, candidates, num_classes=100, image_size=224, batch_size
             c: {k: r.get(k) for k in ("peak_rss_mb", "rss_after_import_mb", "images_delivered",
                                       "images_per_sec", "wall_sec", "total_sec", "load_sec")
                 if r.get(k) is not None} for c, r in res.items()}})
-    out = {"benchmark": "memory_scaling", "source_dir": data_dir, "sizes": sizes,
+    out = {"benchmark": "memory_scaling", "source_dir": sample.data_dir_label(data_dir), "sizes": sizes,
            "image_size": image_size, "batch_size": batch_size, "per_size": per_size,
            "peak_rss_mb": {c: [s["results"][c]["peak_rss_mb"] for s in per_size]
                            for c in candidates}}
@@ -83,6 +87,7 @@ def run(data_dir, sizes, candidates, num_classes=100, image_size=224, batch_size
 
 def main(argv):
     del argv
+    FLAGS.data_dir = _data_dir(FLAGS.data_dir)
     try:
         sizes = [int(s) for s in FLAGS.sizes]
         if len(sizes) < 2 or min(sizes) <= 0:

@@ -2,7 +2,7 @@
 
 Writes ``num_shards`` shards of ``shard_mb`` MiB (float32 rows of ``row_floats``
 values, plus int64 label shards) to a temporary folder, then measures, each in
-its own subprocess (a child inherits its parent's peak RSS, see NOTES.md):
+its own subprocess (a child inherits its parent's peak RSS, see docs/notes.md):
 
 * ``stream`` over 1 shard and over all shards: ``pipeline.from_npy_shards``
   read through once (shuffled, batched);

@@ -1,6 +1,7 @@
 """``pipeline`` beside its peers, on the same files, in one run.
 
-Candidates (see ``pipeline/peers.py`` for exactly what each does), each in
+Candidates (see ``pipeline/candidates.py`` and ``benchmarks/candidates.py`` for
+exactly what each does), each in
 its own subprocess (``python -m pipeline.bench``) so that its peak RSS
 (``VmHWM``) is its own; with ``--repeats`` > 1 they are alternated round by
 round and the medians reported:
@@ -36,13 +37,17 @@ import tempfile
 
 from absl import app, flags
 
+from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
+from candidates import data_dir as _data_dir  # noqa: E402
+from pipeline import sample  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from pipeline import bench  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
 from pipeline import index as index_lib  # noqa: E402
-from pipeline import peers as _peers  # noqa: E402
+import candidates as _peers  # noqa: E402  (benchmarks/candidates.py)
 
 ALL = list(bench.CANDIDATES)
 DEFAULT = ["pipeline", "pipeline_train", "pipeline_train_nofast", "keras", "keras_aug", "plain",
@@ -50,7 +55,7 @@ DEFAULT = ["pipeline", "pipeline_train", "pipeline_train_nofast", "keras", "kera
 TARGETS = {"train_vs_keras_aug": 2.0, "eval_vs_keras": 1.6, "eval_vs_decode_limit": 0.9}
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Class-folder photo root.")
+flags.DEFINE_string("data_dir", None, "Class-folder photo root. " + DATA_DIR_HELP)
 flags.DEFINE_integer("num_images", 0, "Use only the first N photos (symlinked into a temp "
                      "folder); 0 = all of --data_dir.")
 flags.DEFINE_integer("image_size", 224, "Output height and width (pixels).")
@@ -90,7 +95,7 @@ def run(data_dir, candidates, image_size=224, batch_size=64, epochs=3, repeats=1
     results = bench.run_candidates(candidates, spec, repeats=repeats, progress=progress,
                                    keep_going=True, timeout=timeout)
     cores = config_lib.cpu_count()
-    out = {"benchmark": "peers", "data_dir": data_dir, "num_images": len(idx),
+    out = {"benchmark": "peers", "data_dir": sample.data_dir_label(data_dir), "num_images": len(idx),
            "image_size": image_size, "batch_size": batch_size, "epochs": epochs,
            "repeats": repeats, "cores": cores, "candidates": results,
            "ratios": ratios(results), "targets": TARGETS}
@@ -121,6 +126,7 @@ def plot(out, path):
 
 def main(argv):
     del argv
+    FLAGS.data_dir = _data_dir(FLAGS.data_dir)
     for c in FLAGS.candidates:
         if c not in ALL:
             raise app.UsageError(f"--candidates: unknown {c!r}; known: {ALL}. "
@@ -132,7 +138,7 @@ def main(argv):
                                            os.path.join(tmp, "data"))
         out = run(data_dir, FLAGS.candidates, FLAGS.image_size, FLAGS.batch_size, FLAGS.epochs,
                   FLAGS.repeats, FLAGS.seed, FLAGS.timeout, FLAGS.progress)
-    out["source_dir"] = FLAGS.data_dir
+    out["source_dir"] = sample.data_dir_label(FLAGS.data_dir)
     png = FLAGS.png_out or os.path.splitext(FLAGS.json_out)[0] + ".png"
     out["png"] = plot(out, png)
     bench.write_json(FLAGS.json_out, out)

@@ -1,13 +1,13 @@
 """TF1 queue runners vs ``pipeline.from_paths``, side by side, same files.
 
 The legacy path (``tf.compat.v1``, graph mode, in its own subprocess; the
-code is ``pipeline.peers.QueueRunnerBatches``, shared with ``peers.py``):
+code is ``benchmarks/candidates.py``'s ``QueueRunnerBatches``, shared with ``peers.py``):
 ``slice_input_producer`` -> ``read_file`` -> ``decode_jpeg`` -> ``resize`` ->
 ``tf.train.batch(num_threads=2)`` with a ``Coordinator`` and
 ``start_queue_runners``. The product: ``pipeline.compat.get_batch`` (=
 ``pipeline.from_paths``) with the same size, batch and threads, also in its own
 subprocess. Each reports images/s after the first batch and images per
-CPU-second (steadier on a shared machine: see NOTES.md). Defaults are tiny so a
+CPU-second (steadier on a shared machine: see docs/notes.md). Defaults are tiny so a
 test runs it in seconds; use ``--num_images=1000 --epochs=3`` for real figures.
 
     python benchmarks/queue_runners.py --json_out=/tmp/qr.json
@@ -21,11 +21,14 @@ import textwrap
 
 from absl import app, flags
 
+from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
+from candidates import data_dir as _data_dir  # noqa: E402
+from pipeline import sample  # noqa: E402
+
 from pipeline import bench
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Folder of JPEG files "
-                    "(searched recursively).")
+flags.DEFINE_string("data_dir", None, "Folder of JPEG files (searched recursively). " + DATA_DIR_HELP)
 flags.DEFINE_integer("num_images", 64, "Files used (first N in sorted order).")
 flags.DEFINE_integer("epochs", 1, "Epochs read.")
 flags.DEFINE_integer("batch_size", 16, "Batch size.")
@@ -53,7 +56,7 @@ def report(name, n, first_n, t0, t_first, t1, c_first, c1):
 _QUEUE = _COMMON + textwrap.dedent("""
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
-    from pipeline.peers import QueueRunnerBatches  # shared with benchmarks/peers.py
+    from candidates import QueueRunnerBatches  # benchmarks/candidates.py, shared with peers.py
     paths, size, batch, threads, epochs = json.loads(sys.argv[1])
     t0 = time.perf_counter()
     qr = QueueRunnerBatches(paths, list(range(len(paths))), size, batch, threads)
@@ -92,7 +95,8 @@ def _paths():
 
 
 def _run(code, args):
-    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "benchmarks")]))
     r = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True,
                        text=True, timeout=FLAGS.timeout, env=env)
     lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
@@ -103,6 +107,7 @@ def _run(code, args):
 
 def main(argv):
     del argv
+    FLAGS.data_dir = _data_dir(FLAGS.data_dir)
     paths = _paths()
     if len(paths) < FLAGS.batch_size:
         raise ValueError(f"need at least batch_size JPEGs under --data_dir. Received: "

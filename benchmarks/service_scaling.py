@@ -19,10 +19,14 @@ import time
 
 from absl import app, flags
 
+from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
+from candidates import data_dir as _data_dir  # noqa: E402
+from pipeline import sample  # noqa: E402
+
 from pipeline import bench
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Class-folder image root.")
+flags.DEFINE_string("data_dir", None, "Class-folder image root. " + DATA_DIR_HELP)
 flags.DEFINE_integer("num_images", 200, "Files used (first N in sorted order).")
 flags.DEFINE_integer("epochs", 2, "Epochs per configuration.")
 flags.DEFINE_integer("batch_size", 32, "Batch size.")
@@ -118,6 +122,7 @@ def run_config(num_workers, paths):
 
 def main(argv):
     del argv
+    FLAGS.data_dir = _data_dir(FLAGS.data_dir)
     paths = _paths()
     if not paths:
         raise ValueError(f"no images under --data_dir. Received: data_dir={FLAGS.data_dir!r}")

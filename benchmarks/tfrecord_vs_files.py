@@ -17,9 +17,13 @@ import time
 
 from absl import app, flags
 
+from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
+from candidates import data_dir as _data_dir  # noqa: E402
+from pipeline import sample  # noqa: E402
+
 from pipeline import bench
 
-flags.DEFINE_string("data_dir", "/work/shared/data/imagenet-sample", "Folder of images.")
+flags.DEFINE_string("data_dir", None, "Folder of images. " + DATA_DIR_HELP)
 flags.DEFINE_integer("num_images", 64, "Images used.")
 flags.DEFINE_integer("num_shards", 4, "TFRecord shards.")
 flags.DEFINE_integer("epochs", 2, "Epochs per source (alternating).")
@@ -46,6 +50,7 @@ def _epoch(ds):
 
 def main(argv):
     del argv
+    FLAGS.data_dir = _data_dir(FLAGS.data_dir)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import pipeline
     from pipeline import index as index_lib

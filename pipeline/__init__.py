@@ -1,6 +1,6 @@
 """pipeline: fast, flat-memory, honest TensorFlow input pipelines from file paths.
 
-Public API (reference: ``docs/api.md``; guide: README.md): dataset
+Public API (reference: ``docs/api.md``, generated from the docstrings; guide: README.md):
 factories ``from_directory``, ``from_paths``, ``from_manifest``,
 ``from_npy_shards``, ``from_generator``, ``from_tfrecords``;
 ``write_tfrecords``; ``errors``, ``scan``, ``Augment``, ``profile``,

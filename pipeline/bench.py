@@ -32,6 +32,7 @@ to what it returns; ``measure`` merges it into the figures.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import statistics
@@ -41,10 +42,14 @@ import time
 from typing import Callable, Dict, List, Optional
 
 # --- candidates -------------------------------------------------------------
-# Filled by ``register``; pipeline.peers (imported at the end of this module)
-# registers every peer input pipeline.
+# Filled by ``register``. The harness knows no candidate by itself:
+# ``pipeline.candidates`` registers the ones built on public APIs (the CLI
+# imports it), ``benchmarks/candidates.py`` the optional peers (torch, TF1
+# queue runners, ...). Each candidate records the module that registered it,
+# which the subprocess worker imports again.
 CANDIDATES: Dict[str, Callable] = {}
 DESCRIPTIONS: Dict[str, str] = {}
+MODULES: Dict[str, str] = {}
 
 
 class CandidateSkipped(Exception):
@@ -55,16 +60,51 @@ PRECHECKS: Dict[str, Callable[[], Optional[str]]] = {}
 
 
 def register(name: str, factory: Callable, description: str = "",
-             precheck: Optional[Callable[[], Optional[str]]] = None) -> None:
+             precheck: Optional[Callable[[], Optional[str]]] = None,
+             module: Optional[str] = None) -> None:
     """Adds a candidate: ``factory(spec) -> iterable of batches``.
 
-    ``precheck()``, when given, runs in the parent before a subprocess is
-    started and returns a reason to skip the candidate (or None to run it).
+    Args:
+        name: the candidate's name (``--compare`` of the CLI).
+        factory: ``factory(spec)``, a module-level function.
+        description: one line for tables and charts.
+        precheck: when given, ``precheck()`` runs in the parent before a
+            subprocess is started and returns a reason to skip the candidate
+            (or None to run it).
+        module: the importable module that registers the candidate (default
+            ``factory.__module__``). The subprocess worker imports it, with
+            the folder of its file first on ``PYTHONPATH``.
+
+    Raises:
+        ValueError: the module is ``__main__`` (a subprocess cannot import
+            it again): register from an importable module.
     """
+    module = module or getattr(factory, "__module__", None)
+    if not module or module == "__main__":
+        raise ValueError(
+            "A candidate must be registered from an importable module (the benchmark "
+            f"subprocess imports it again). Received: name={name!r}, module={module!r}")
     CANDIDATES[name] = factory
     DESCRIPTIONS[name] = description or name
+    MODULES[name] = module
     if precheck is not None:
         PRECHECKS[name] = precheck
+
+
+def _module_dirs(names: List[str]) -> List[str]:
+    """The folders to put on a worker's PYTHONPATH to import the candidates' modules."""
+    dirs = []
+    for n in names:
+        mod = sys.modules.get(MODULES.get(n, ""))
+        path = getattr(mod, "__file__", None)
+        if not path:
+            continue
+        d = os.path.dirname(os.path.abspath(path))
+        for _ in range(MODULES[n].count(".")):  # a package module: the folder above it
+            d = os.path.dirname(d)
+        if d not in dirs:
+            dirs.append(d)
+    return dirs
 
 
 # --- measurement ------------------------------------------------------------
@@ -153,9 +193,12 @@ def run_candidate(spec: dict, timeout: Optional[float] = None, progress: bool = 
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    first = [repo] + [d for d in _module_dirs([spec["name"]]) if d != repo]
     env["PYTHONPATH"] = os.pathsep.join(
-        [repo] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != repo])
+        first + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in first])
     spec = dict(spec, progress=progress)
+    if spec["name"] in MODULES:
+        spec.setdefault("module", MODULES[spec["name"]])
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline.bench", json.dumps(spec)],
         stdout=subprocess.PIPE, stderr=None if progress else subprocess.PIPE,
@@ -246,6 +289,91 @@ def ratio(results: Dict[str, dict], a: str, b: str,
     return ra[key] / rb[key]
 
 
+SPREAD_LIMIT = 0.25
+
+
+def spread(result: Optional[dict], key: str = "images_per_sec") -> Optional[dict]:
+    """Median, min, max and relative spread ``(max - min) / median`` of one
+    candidate's runs (``result["runs"]``), or None without figures.
+
+    ``relative`` is None with fewer than 2 runs (no spread measured).
+    """
+    if not ok(result):
+        return None
+    vals = [r[key] for r in result.get("runs", [result]) if isinstance(r.get(key), (int, float))]
+    vals = [v for v in vals if v == v]  # NaN: no steady state
+    if not vals:
+        return None
+    med = statistics.median(vals)
+    rel = (max(vals) - min(vals)) / med if len(vals) > 1 and med > 0 else None
+    return {"median": med, "min": min(vals), "max": max(vals), "runs": len(vals),
+            "relative": rel}
+
+
+def round_ratios(results: Dict[str, dict], a: str, b: str,
+                 key: str = "images_per_sec") -> List[float]:
+    """``a / b`` of ``key`` round by round (runs alternate, so each round's two
+    runs met the same machine load)."""
+    if not (ok(results.get(a)) and ok(results.get(b))):
+        return []
+    ra, rb = results[a].get("runs", [results[a]]), results[b].get("runs", [results[b]])
+    return [x[key] / y[key] for x, y in zip(ra, rb) if y.get(key) and x[key] == x[key]]
+
+
+def spread_line(name: str, s: Optional[dict], unit: str = "",
+                max_spread: float = SPREAD_LIMIT, fmt: Callable[[float], str] = "{:.0f}".format
+                ) -> str:
+    """One line: the median and spread of a figure, and, on a second line,
+    that it is too wide to trust when ``(max - min) / median > max_spread``."""
+    if s is None:
+        return f"{name}: no figures"
+    u = f" {unit}" if unit else ""
+    text = f"{name}: {fmt(s['median'])}{u}"
+    if s["relative"] is None:
+        return text + " (one run: no spread measured; use --repeats >= 3)"
+    text += (f" (median of {s['runs']} runs, spread {fmt(s['min'])}-{fmt(s['max'])}{u}, "
+             f"{100 * s['relative']:.0f}% of the median)")
+    if s["relative"] > max_spread:
+        text += (f"\n  TOO WIDE TO TRUST: the spread is more than {100 * max_spread:.0f}% of "
+                 "the median (a busy machine?). Use more --repeats or images, or a quieter "
+                 "machine; images per CPU-second is steadier.")
+    return text
+
+
+def headline(results: Dict[str, dict], reference: str = "pipeline",
+             others: Optional[List[str]] = None,
+             max_spread: float = SPREAD_LIMIT) -> List[str]:
+    """The lines that sum a run up.
+
+    For the reference and each other candidate: median images/s and images
+    per CPU-second with their spread; then the reference's speed-up over each
+    other candidate (the median of the per-round ratios, with their spread).
+    A figure whose spread ``(max - min) / median`` is above ``max_spread``
+    gets a line saying it is too wide to trust. A skipped or failed
+    candidate gets "no figures" and the reason.
+    """
+    others = [n for n in (others if others is not None else results) if n != reference]
+    lines = []
+    for n in [reference] + others:
+        r = results.get(n)
+        if not ok(r):
+            why = (r or {}).get("skipped") or ("failed" if r else "not run")
+            lines.append(f"{n}: no figures ({why})")
+            continue
+        lines.append(spread_line(f"{n} images/s", spread(r), "", max_spread))
+        lines.append(spread_line(f"{n} images per CPU-second",
+                                 spread(r, "steady_images_per_cpu_sec"), "", max_spread))
+    for n in others:
+        for key, what in (("images_per_sec", "images/s"),
+                          ("steady_images_per_cpu_sec", "images per CPU-second")):
+            rs = round_ratios(results, reference, n, key)
+            if rs:
+                s = spread({"name": "ratio", key: 0, "runs": [{key: v} for v in rs]}, key)
+                lines.append(spread_line(f"{reference} / {n}, {what}", s, "", max_spread,
+                                         "{:.2f}x".format))
+    return lines
+
+
 def write_json(path: Optional[str], result: dict) -> str:
     """Dumps ``result`` (indent 1) to ``path`` when given; returns the text."""
     text = json.dumps(result, indent=1, default=str)
@@ -326,7 +454,7 @@ def format_table(results: Dict[str, dict], reference: str = "pipeline") -> str:
     images/s, img/CPU-s and cores are steady-state figures (after each
     epoch's first batch); "start CPU s" is the CPU cost of starting an epoch."""
     ref = results.get(reference, {}).get("images_per_sec")
-    head = (f"{'candidate':<20} {'images/s':>9} {'img/CPU-s':>9} {'cores':>5} "
+    head = (f"{'candidate':<20} {'images/s':>9} {'spread':>11} {'img/CPU-s':>9} {'cores':>5} "
             f"{'start CPU s':>11} {'1st batch s':>11} {'peak RSS MiB':>12} {'pipe/it':>7}")
     rows = [head, "-" * len(head)]
     for name, r in results.items():
@@ -337,11 +465,14 @@ def format_table(results: Dict[str, dict], reference: str = "pipeline") -> str:
         per_cpu = r.get("steady_images_per_cpu_sec", r["images_per_cpu_sec"])
         cores = r.get("steady_cpu_cores_used", r["cpu_cores_used"])
         start = r.get("epoch_start_cpu_sec", float("nan"))
-        rows.append(f"{name:<20} {r['images_per_sec']:>9.0f} {per_cpu:>9.0f} "
+        sp = spread(r)
+        rng = f"{sp['min']:.0f}-{sp['max']:.0f}" if sp and sp["relative"] is not None else "-"
+        rows.append(f"{name:<20} {r['images_per_sec']:>9.0f} {rng:>11} {per_cpu:>9.0f} "
                     f"{cores:>5.2f} {start:>11.2f} {r['first_batch_sec']:>11.2f} "
                     f"{r['peak_rss_mb']:>12.0f} {ratio:>7.2f}")
-    rows.append("(steady state after each epoch's first batch; start CPU s: CPU seconds "
-                "from starting an epoch to its first batch;")
+    rows.append("(medians over the runs; spread: min-max images/s; steady state after each "
+                "epoch's first batch; start CPU s: CPU seconds")
+    rows.append(" from starting an epoch to its first batch;")
     rows.append(f" pipe/it: {reference}'s images/s divided by that candidate's)")
     return "\n".join(rows)
 
@@ -350,8 +481,10 @@ def _worker(spec_json: str) -> None:
     spec = json.loads(spec_json)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf  # noqa: F401  (import cost is not measured)
+    for mod in [spec["module"]] if spec.get("module") else []:
+        importlib.import_module(mod)  # registers the candidate in this process
     for mod in spec.get("imports", []):
-        __import__(mod)
+        importlib.import_module(mod)
     try:
         result = measure(CANDIDATES[spec["name"]], spec, progress=spec.get("progress", True))
     except CandidateSkipped as e:
@@ -361,9 +494,6 @@ def _worker(spec_json: str) -> None:
     sys.stderr.flush()
     os._exit(0)  # queue-runner threads and Sessions must not hold up the exit
 
-
-# Registers the candidates (pipeline.peers imports this module: keep this last).
-from pipeline import peers  # noqa: E402,F401  pylint: disable=wrong-import-position,cyclic-import
 
 if __name__ == "__main__":
     # Run in the imported module, where spec["imports"] modules register

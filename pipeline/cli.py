@@ -1,14 +1,502 @@
-"""Registry of ``python -m pipeline`` commands (kept apart from ``__main__``).
+"""The command line: ``python -m pipeline <command> [ARGS] [--flags]``.
 
-A command module defines its absl flags at import time and registers a
-function ``fn(argv) -> exit code`` with ``@command("name")``.
+Every absl flag and every command lives here (no other module of the
+package reads absl flags). Commands:
+
+  bench     throughput, time to first batch and peak RSS, side by side with
+            peers (default: keras.utils.image_dataset_from_directory),
+            alternated, medians and spread. With no --data_dir: the built-in
+            sample of generated JPEGs.
+  scan      one parallel pass over a folder / manifest / path list: counts per
+            class and format, sizes, extension mismatches, bad files.
+  convert   write TFRecord shards (encoded bytes + label + path).
+  service   start a tf.data service dispatcher or worker.
+  doctor    print the installed stack (versions, CPUs).
+
+``pipeline CMD --help`` shows one command's usage and flags; ``--helpfull``
+lists every absl flag (TensorFlow's included). Exit status: 0 success, 1 a
+command's own failure (``scan`` found bad files), 2 a usage error (unknown
+command, bad or missing argument, bad flag value) or a source that cannot be
+read.
 """
 
-COMMANDS = {}
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+USAGE_ERROR = 2
+PROG = "python -m pipeline"
+
+# --- flags, each tagged with the commands it belongs to ---------------------
+FLAG_COMMANDS: Dict[str, Tuple[str, ...]] = {}
 
 
-def command(name):
+def _define(kind: Callable, name: str, default, help_text: str, commands: Sequence[str],
+            **kw) -> None:
+    kind(name, default, help_text, **kw)
+    FLAG_COMMANDS[name] = tuple(commands)
+
+
+ALL = ("bench", "scan", "convert", "service", "doctor")
+# bench
+_define(flags.DEFINE_string, "data_dir", None, "Class-folder directory; default: "
+        "$PIPELINE_DATA_DIR, else a built-in sample of --sample_images generated JPEGs.",
+        ["bench"])
+_define(flags.DEFINE_list, "image_size", ["224", "224"], "Output HEIGHT,WIDTH in pixels "
+        "(one number: square).", ["bench"])
+_define(flags.DEFINE_integer, "batch_size", 64, "Batch size (images).", ["bench"])
+_define(flags.DEFINE_integer, "epochs", 2, "Epochs per candidate run.", ["bench"])
+_define(flags.DEFINE_integer, "repeats", 5, "Runs per candidate, alternated round by round; "
+        "medians and spread (min-max) reported.", ["bench"])
+_define(flags.DEFINE_list, "compare", ["keras"], "Candidates to run beside pipeline "
+        "(empty for none): pipeline_train, pipeline_train_nofast, keras, keras_aug, plain, "
+        "generator, in_memory, decode_limit (pipeline/candidates.py).", ["bench"])
+_define(flags.DEFINE_integer, "sample_images", 512, "Images in the built-in sample (when "
+        "no --data_dir).", ["bench"])
+_define(flags.DEFINE_integer, "seed", 0, "Shuffle seed.", ["bench"])
+_define(flags.DEFINE_string, "on_error", "raise", "pipeline's on_error: 'raise' or 'skip'.",
+        ["bench"])
+_define(flags.DEFINE_float, "max_spread", 0.25, "Spread (max-min)/median above which a "
+        "figure is flagged as too wide to trust.", ["bench"])
+_define(flags.DEFINE_bool, "profile", False, "Instead of peers, profile pipeline's stages "
+        "(read, decode, resize, batch) and name the bottleneck.", ["bench"])
+_define(flags.DEFINE_float, "target_images_per_sec", None, "With --profile: consumption "
+        "rate to compare with (images/s).", ["bench"])
+_define(flags.DEFINE_string, "profile_dir", None, "With --profile: write a TensorBoard "
+        "profiler trace here.", ["bench"])
+# scan, convert
+_define(flags.DEFINE_integer, "max_pixels", None, "Header pixel limit (default Pillow's "
+        "178,956,970).", ["scan"])
+_define(flags.DEFINE_bool, "follow_links", False, "Follow linked folders (loop-safe).",
+        ["scan"])
+_define(flags.DEFINE_integer, "num_shards", None, "Shards to write (default: ~1 per "
+        "128 MiB).", ["convert"])
+_define(flags.DEFINE_integer, "num_workers", None, "Writer threads.", ["convert"])
+_define(flags.DEFINE_string, "path_column", None, "Manifest path column.", ["convert"])
+_define(flags.DEFINE_list, "label_columns", None, "Manifest label column(s).", ["convert"])
+_define(flags.DEFINE_string, "root", None, "Manifest root for relative paths.", ["convert"])
+_define(flags.DEFINE_bool, "allow_outside_root", False, "Allow manifest paths outside the "
+        "manifest's folder.", ["convert", "scan"])
+# service
+_define(flags.DEFINE_integer, "port", None, "Port (dispatcher default 5050, worker 0 = "
+        "any).", ["service"])
+_define(flags.DEFINE_string, "dispatcher_address", None, "worker: the dispatcher's "
+        "HOST:PORT (required).", ["service"])
+_define(flags.DEFINE_string, "worker_address", None, "worker: address to advertise "
+        "(default localhost:<port>).", ["service"])
+_define(flags.DEFINE_list, "worker_addresses", None, "dispatcher: fixed worker HOST:PORTs "
+        "(needed for processing_mode='file').", ["service"])
+_define(flags.DEFINE_string, "work_dir", None, "dispatcher: journal folder (fault "
+        "tolerance).", ["service"])
+_define(flags.DEFINE_bool, "fault_tolerant_mode", False, "dispatcher: journal state to "
+        "--work_dir.", ["service"])
+_define(flags.DEFINE_integer, "worker_timeout_ms", None, "dispatcher: worker heartbeat "
+        "timeout.", ["service"])
+_define(flags.DEFINE_integer, "heartbeat_interval_ms", None, "worker: heartbeat interval.",
+        ["service"])
+# shared
+_define(flags.DEFINE_string, "json_out", None, "Also write the result as JSON to this file.",
+        ["bench", "scan", "doctor"])
+_define(flags.DEFINE_bool, "progress", True, "Show tqdm progress bars (stderr).",
+        ["bench", "scan", "convert"])
+
+
+# --- commands ----------------------------------------------------------------
+
+@dataclasses.dataclass
+class Command:
+    """One command: its function, usage line, summary and positional arguments."""
+    name: str
+    fn: Callable[[List[str]], int]
+    synopsis: str
+    summary: str
+    positionals: Tuple[Tuple[str, str], ...] = ()
+    notes: str = ""
+    title: str = ""
+
+
+COMMANDS: Dict[str, Command] = {}
+
+
+def command(name: str, synopsis: str, summary: str, positionals=(), notes: str = "",
+            title: str = ""):
+    """Registers ``fn(argv) -> exit status`` as ``pipeline NAME``; argv[0] is NAME."""
     def deco(fn):
-        COMMANDS[name] = fn
+        COMMANDS[name] = Command(name, fn, synopsis, summary, tuple(positionals), notes,
+                                 title or summary)
         return fn
     return deco
+
+
+def usage_error(message: str) -> app.UsageError:
+    """A usage error (exit status 2)."""
+    return app.UsageError(message, exitcode=USAGE_ERROR)
+
+
+def _write_json(path: Optional[str], obj) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(obj, f, indent=2, default=str)
+        print(f"wrote {path}")
+
+
+def _parse_size(values) -> List[int]:
+    try:
+        size = [int(v) for v in values]
+        if len(size) == 1:
+            size = size * 2
+        if len(size) != 2 or min(size) <= 0:
+            raise ValueError
+    except ValueError:
+        raise usage_error(
+            f"--image_size must be HEIGHT,WIDTH positive integers. Received: {values!r}")
+    return size
+
+
+def _positive(name: str) -> None:
+    value = getattr(FLAGS, name)
+    if value is not None and value <= 0:
+        raise usage_error(f"--{name} must be > 0. Received: {value}")
+
+
+@command("bench", f"{PROG} bench [--data_dir=DIR] [--compare=keras,...] [--flags]",
+         "Throughput (images/s after each epoch's first batch), images per CPU-second, time "
+         "to first batch and peak RSS of pipeline beside peers, each run in its own "
+         "subprocess, alternated --repeats times; medians and spread (min-max) printed, "
+         "and a line when the spread is too wide to trust.",
+         notes="The optional peers (torch, TF1 queue runners, Keras PyDataset, legacy "
+               "ImageDataGenerator) are in benchmarks/candidates.py: run "
+               "benchmarks/peers.py for them.",
+         title="images/s, images per CPU-second, first batch, peak RSS beside peers")
+def cmd_bench(argv: List[str]) -> int:
+    from pipeline import bench
+    from pipeline import candidates  # noqa: F401  registers the public-API candidates
+    from pipeline import sample
+
+    if len(argv) != 1:
+        raise usage_error(f"bench takes no positional arguments. Received: {argv[1:]!r}")
+    size = _parse_size(FLAGS.image_size)
+    for name in ("batch_size", "epochs", "repeats", "sample_images"):
+        _positive(name)
+    if FLAGS.on_error not in ("raise", "skip"):
+        raise usage_error(f"--on_error must be 'raise' or 'skip'. Received: {FLAGS.on_error!r}")
+    if FLAGS.max_spread is not None and FLAGS.max_spread <= 0:
+        raise usage_error(f"--max_spread must be > 0. Received: {FLAGS.max_spread}")
+    names = ["pipeline"] + [c for c in FLAGS.compare if c and c != "pipeline"]
+    unknown = [c for c in names if c not in bench.CANDIDATES]
+    if unknown and not FLAGS.profile:
+        raise usage_error(f"--compare: unknown candidate(s) {unknown}; known: "
+                          f"{sorted(bench.CANDIDATES)}. Received: {FLAGS.compare!r}")
+    data_dir = sample.default_data_dir(FLAGS.data_dir, num_images=FLAGS.sample_images,
+                                        shared=False)
+    logging.info("pipeline bench: data in %s", data_dir)
+    if FLAGS.profile:
+        import pipeline
+        report = pipeline.profile(
+            data_dir, target_images_per_sec=FLAGS.target_images_per_sec,
+            profile_dir=FLAGS.profile_dir, image_size=tuple(size),
+            batch_size=FLAGS.batch_size, on_error=FLAGS.on_error)
+        print(report.table())
+        _write_json(FLAGS.json_out, report.to_dict())
+        return 0
+    from pipeline import index
+    from pipeline import report as report_lib
+    print(report_lib.stack_line())
+    idx = index.index_directory(data_dir)
+    spec = {"data_dir": data_dir, "image_size": size, "batch_size": FLAGS.batch_size,
+            "epochs": FLAGS.epochs, "seed": FLAGS.seed, "num_images": len(idx),
+            "options": {"on_error": FLAGS.on_error}}
+    if len(idx) <= FLAGS.batch_size:
+        logging.warning("pipeline bench: %d images with --batch_size=%d is one batch per epoch: "
+                        "there is no steady state to measure (images/s is NaN). Use more "
+                        "images or a smaller --batch_size.", len(idx), FLAGS.batch_size)
+    # A peer that fails (e.g. Keras on a bad file) is reported, not fatal.
+    results = bench.run_candidates(names, spec, repeats=FLAGS.repeats, progress=FLAGS.progress,
+                                   keep_going=True)
+    if not bench.ok(results["pipeline"]):
+        print(bench.format_table(results))
+        print(f"pipeline bench: pipeline failed: {results['pipeline'].get('error', '')[-800:]}",
+              file=sys.stderr)
+        return 1
+    print(f"\n{len(idx)} images in {sample.data_dir_label(data_dir)}, "
+          f"image_size={size[0]}x{size[1]}, batch_size={FLAGS.batch_size}, "
+          f"epochs={FLAGS.epochs}, repeats={FLAGS.repeats} (alternated), "
+          f"{os.cpu_count()} CPUs")
+    print(bench.format_table(results))
+    for n in names[1:]:
+        r = results[n]
+        if "error" in r:
+            lines = r["error"].strip().splitlines() or [""]
+            print(f"{n} FAILED: {lines[-1]}")
+    print()
+    for line in bench.headline(results, "pipeline", names[1:], max_spread=FLAGS.max_spread):
+        print(line)
+    main = results["pipeline"]
+    out = {k: main[k] for k in ("images_per_sec", "first_batch_sec", "peak_rss_mb",
+                                "num_images", "epochs", "images_per_cpu_sec",
+                                "steady_images_per_cpu_sec", "cpu_cores_used",
+                                "rss_after_import_mb")}
+    out["spread"] = bench.spread(main)
+    out["options"] = dict(spec, data_dir=sample.data_dir_label(data_dir), candidates=names,
+                          repeats=FLAGS.repeats)
+    out["compare"] = {n: results[n] for n in names[1:]}
+    for n in names[1:]:
+        for key, suffix in (("images_per_sec", ""), ("steady_images_per_cpu_sec", "_cpu")):
+            r = bench.ratio(results, "pipeline", n, key)
+            if r is not None:
+                out[f"speedup_vs_{n}{suffix}"] = r
+    _write_json(FLAGS.json_out, out)
+    return 0
+
+
+@command("scan", f"{PROG} scan SOURCE [--json_out=FILE] [--flags]",
+         "One parallel pass over SOURCE with the factories' decoder: counts per class and "
+         "format, file sizes, image sides, extension mismatches and bad files.",
+         positionals=(("SOURCE", "a folder (class sub-folders or flat), a manifest "
+                                 "(.csv / .jsonl) or an s3:// / gs:// folder"),),
+         notes="Exit status: 0 every file decodes, 1 bad files found, 2 SOURCE cannot be "
+               "scanned (missing, no images) or a usage error.",
+         title="what a folder / manifest holds: classes, formats, sizes, bad files")
+def cmd_scan(argv: List[str]) -> int:
+    from pipeline import report as report_lib
+
+    if len(argv) != 2:
+        raise usage_error(f"scan takes one SOURCE. Received: {argv[1:]!r}")
+    _positive("max_pixels")
+    if FLAGS.json_out:  # fail before the scan, not after it
+        try:
+            open(FLAGS.json_out, "a").close()
+        except OSError as e:
+            raise usage_error(f"cannot write --json_out={FLAGS.json_out!r}: {e}")
+    report = report_lib.scan(argv[1], max_pixels=FLAGS.max_pixels,
+                             follow_links=FLAGS.follow_links, progress=FLAGS.progress,
+                             allow_outside_root=FLAGS.allow_outside_root)
+    print(report.table())
+    if FLAGS.json_out:
+        with open(FLAGS.json_out, "w") as f:
+            f.write(report.to_json(indent=2))
+        print(f"wrote {FLAGS.json_out}")
+    return 1 if report.bad_files else 0
+
+
+@command("convert", f"{PROG} convert SRC OUT [--num_shards=N] [--flags]",
+         "Writes TFRecord shards (encoded bytes + label + path) that from_tfrecords reads.",
+         positionals=(("SRC", "a class-folder directory or a manifest (.csv / .jsonl)"),
+                      ("OUT", "the output folder for the shards and their metadata")),
+         title="write TFRecord shards")
+def cmd_convert(argv: List[str]) -> int:
+    from pipeline import shards
+
+    if len(argv) != 3:
+        raise usage_error(f"convert takes SRC and OUT. Received: {argv[1:]!r}")
+    _positive("num_shards")
+    _positive("num_workers")
+    kw = {k: getattr(FLAGS, k) for k in ("path_column", "label_columns", "root")
+          if getattr(FLAGS, k)}
+    if FLAGS.allow_outside_root:
+        kw["allow_outside_root"] = True
+    meta = shards.convert(argv[1], argv[2], FLAGS.num_shards, progress=FLAGS.progress,
+                          num_workers=FLAGS.num_workers, **kw)
+    print(json.dumps({k: meta[k] for k in ("num_examples", "class_names", "shards")}))
+    return 0
+
+
+@command("service", f"{PROG} service dispatcher|worker [--flags]",
+         "Starts a tf.data service dispatcher or worker in this process (runs until "
+         "stopped).",
+         positionals=(("ROLE", "'dispatcher' or 'worker' (a worker needs "
+                               "--dispatcher_address)"),),
+         notes="Flags marked 'dispatcher:' or 'worker:' apply to that role only. See the "
+               "README's 'tf.data service' section for processing modes.",
+         title="start a tf.data service dispatcher or worker")
+def cmd_service(argv: List[str]) -> int:
+    from pipeline import distribute
+
+    role = argv[1] if len(argv) == 2 else None
+    if role == "dispatcher":
+        distribute.run_dispatcher(
+            port=5050 if FLAGS.port is None else FLAGS.port,
+            worker_addresses=FLAGS.worker_addresses, work_dir=FLAGS.work_dir,
+            fault_tolerant_mode=FLAGS.fault_tolerant_mode,
+            worker_timeout_ms=FLAGS.worker_timeout_ms)
+        return 0
+    if role == "worker":
+        if not FLAGS.dispatcher_address:
+            raise usage_error("service worker needs --dispatcher_address=HOST:PORT")
+        distribute.run_worker(FLAGS.dispatcher_address, port=FLAGS.port or 0,
+                              worker_address=FLAGS.worker_address,
+                              heartbeat_interval_ms=FLAGS.heartbeat_interval_ms)
+        return 0
+    raise usage_error(f"service takes one ROLE, 'dispatcher' or 'worker'. Received: {argv[1:]!r}")
+
+
+DOCTOR_PACKAGES = (("tensorflow", "tensorflow"), ("keras", "keras"), ("numpy", "numpy"),
+                   ("tensorflow-io", "tensorflow-io"), ("Pillow", "pillow"))
+
+
+def basic_stack() -> dict:
+    """Versions of python and the main packages, and the CPU count (no imports)."""
+    from importlib import metadata
+    import platform
+
+    out = {"python": platform.python_version()}
+    for label, dist in DOCTOR_PACKAGES:
+        try:
+            out[label] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[label] = "not installed"
+    out["cpus"] = os.cpu_count()
+    if hasattr(os, "sched_getaffinity"):
+        out["cpus_usable"] = len(os.sched_getaffinity(0))
+    return out
+
+
+@command("doctor", f"{PROG} doctor [--json_out=FILE]",
+         "Prints the installed stack: Python, TensorFlow, Keras, numpy, tensorflow-io, "
+         "Pillow and the CPUs (pipeline.stack.doctor() where available).",
+         title="print the installed stack (versions, CPUs)")
+def cmd_doctor(argv: List[str]) -> int:
+    if len(argv) != 1:
+        raise usage_error(f"doctor takes no positional arguments. Received: {argv[1:]!r}")
+    try:
+        import pipeline.stack as stack  # lazily: an optional module
+    except ModuleNotFoundError as e:
+        if e.name != "pipeline.stack":
+            raise
+        stack = None
+    doctor = getattr(stack, "doctor", None)
+    info = doctor() if doctor is not None else basic_stack()
+    width = max((len(str(k)) for k in info), default=0)
+    for k, v in info.items():
+        print(f"{str(k):<{width}}  {v}")
+    _write_json(FLAGS.json_out, info)
+    return 0
+
+
+# --- help ----------------------------------------------------------------------
+
+def _flag_line(name: str) -> List[str]:
+    f = FLAGS[name]
+    if f.flag_type() == "bool":
+        left = f"--[no]{name}"
+    else:
+        kind = f.flag_type()
+        left = f"--{name}=" + ("A,B" if "list" in kind else
+                               {"int": "N", "float": "X"}.get(kind, "VALUE"))
+    default = f.default_as_str.strip("'") if f.default is not None else "none"
+    text = f"{f.help} [default: {default}]"
+    return [f"  {left}", f"      {text}"]
+
+
+def command_flags(name: str) -> List[str]:
+    """The flags of command ``name``, in definition order."""
+    return [f for f, cmds in FLAG_COMMANDS.items() if name in cmds]
+
+
+def command_help(name: str) -> str:
+    """``pipeline NAME --help``: synopsis, positional arguments, its flags with defaults."""
+    c = COMMANDS[name]
+    out = [f"usage: {c.synopsis}", "", c.summary]
+    if c.positionals:
+        out += ["", "positional arguments:"]
+        width = max(len(p) for p, _ in c.positionals)
+        out += [f"  {p:<{width}}  {d}" for p, d in c.positionals]
+    names = command_flags(name)
+    out += ["", "flags:" if names else "flags: none"]
+    for n in names:
+        out += _flag_line(n)
+    if c.notes:
+        out += ["", c.notes]
+    out += ["", f"{PROG} --help lists the commands; --helpfull every absl flag."]
+    return "\n".join(out)
+
+
+def main_help() -> str:
+    """``pipeline --help``: the commands."""
+    out = [f"usage: {PROG} <command> [ARGS] [--flags]", "", "commands:"]
+    width = max(len(n) for n in COMMANDS)
+    for n, c in COMMANDS.items():
+        out.append(f"  {n:<{width}}  {c.title}")
+    out += ["", f"{PROG} <command> --help shows a command's arguments and flags; "
+                "--helpfull lists every absl flag (TensorFlow's included).",
+            "Exit status: 0 success, 1 the command failed (scan: bad files found), "
+            "2 usage error."]
+    return "\n".join(out)
+
+
+_HELP = ("--help", "-h", "-?", "--helpshort", "--help=true")
+_HELPFULL = ("--helpfull",)
+
+
+def _first_positional(args: Sequence[str]) -> Optional[str]:
+    for a in args:
+        if a == "--":
+            return None
+        if not a.startswith("-"):
+            return a
+    return None
+
+
+def _error(command_name: Optional[str], message: str) -> int:
+    """Prints a usage error (the message and the usage line, not the flag list): exit 2."""
+    known = command_name in COMMANDS
+    where = f"pipeline {command_name}" if known else "pipeline"
+    usage = (COMMANDS[command_name].synopsis if known else
+             f"{PROG} <{'|'.join(COMMANDS)}> [ARGS] [--flags]")
+    hint = f"{PROG} {command_name} --help" if known else f"{PROG} --help"
+    print(f"{where}: error: {message}\nusage: {usage}\n({hint} shows the arguments and flags)",
+          file=sys.stderr)
+    return USAGE_ERROR
+
+
+def _parse_flags(argv: List[str]) -> List[str]:
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        sys.exit(_error(_first_positional(argv[1:]), str(e)))
+
+
+def main(argv: List[str]) -> int:
+    """Runs the command named by ``argv[1]`` (flags already parsed); returns the exit status."""
+    name = argv[1] if len(argv) > 1 else None
+    if name not in COMMANDS:
+        return _error(None, f"expected a command, one of {list(COMMANDS)}. "
+                            f"Received: {argv[1:]!r}")
+    try:
+        return COMMANDS[name].fn(argv[1:])
+    except app.UsageError as e:
+        return _error(name, str(e))
+    except (ValueError, OSError) as e:
+        # Ordinary mistakes (a missing source, a bad option value, an output
+        # folder that already holds shards): one line, exit status 2.
+        return _error(name, str(e))
+
+
+def run(argv: Optional[Sequence[str]] = None) -> None:
+    """Entry point of ``python -m pipeline`` and the ``pipeline`` console script."""
+    argv = list(sys.argv if argv is None else argv)
+    args = argv[1:]
+    head = args[:args.index("--")] if "--" in args else args
+    if any(a in _HELPFULL for a in head):
+        print(main_help())
+        print("\nAll flags (absl; TensorFlow's and absl's own included):\n")
+        print(FLAGS.get_help())
+        sys.exit(0)
+    if any(a in _HELP for a in head):
+        name = _first_positional(head)
+        if name is None:
+            print(main_help())
+            sys.exit(0)
+        if name not in COMMANDS:
+            print(main_help(), file=sys.stderr)
+            sys.exit(_error(None, f"unknown command {name!r}; one of {list(COMMANDS)}"))
+        print(command_help(name))
+        sys.exit(0)
+    app.run(main, argv=argv, flags_parser=_parse_flags)

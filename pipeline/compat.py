@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from pipeline import index as index_lib
 from pipeline import sources
 
 
@@ -67,14 +68,20 @@ def get_batch(paths: Sequence[str], labels: Sequence[Any], img_w: int, img_h: in
         num_threads -> ``num_parallel_calls`` of the decode map.
         Coordinator / start_queue_runners -> nothing: iterate the dataset.
         num_epochs -> ``slice_input_producer(num_epochs=)``: None (the queue
-            default) repeats forever; an int gives that many epochs.
+            default) repeats forever; an int gives that many epochs. As with
+            the queue, elements are repeated *before* batching: batches run
+            across epoch boundaries, so with None every batch is full (static
+            batch dimension ``batch_size``, as ``tf.train.batch`` gave); with
+            an int only the last batch of the last epoch may be short (TF1
+            dropped it unless ``allow_smaller_final_batch=True``).
 
     Args:
         paths: sequence of str, image files (local or URIs).
         labels: sequence of int (or str class names), one per path.
         img_w, img_h: int, output width and height in pixels.
         channels: int, 1, 3 or 4.
-        batch_size: int, examples per batch (the last batch may be smaller).
+        batch_size: int, examples per batch (always full with
+            ``num_epochs=None``).
         capacity: int >= 1, the queue capacity in examples.
         num_threads: int >= 1, parallel decode calls.
         shuffle: bool, reshuffle the paths every epoch (default True, as
@@ -104,12 +111,19 @@ def get_batch(paths: Sequence[str], labels: Sequence[Any], img_w: int, img_h: in
                          f"num_epochs={num_epochs!r}")
     base = sources.from_paths(
         paths, labels=labels, image_size=(img_h, img_w), channels=channels,
-        batch_size=batch_size, shuffle=shuffle, seed=seed, num_parallel_calls=num_threads,
-        prefetch=max(1, capacity // batch_size), label_mode="int")
+        batch_size=None, shuffle=shuffle, seed=seed, num_parallel_calls=num_threads,
+        label_mode="int")
     ds = base
     if standardize:
-        ds = ds.map(lambda x, y: (tf.image.per_image_standardization(x), y))
-    ds = ds.repeat(num_epochs) if num_epochs != 1 else ds
+        ds = ds.map(lambda x, y: (tf.image.per_image_standardization(x), y),
+                    num_parallel_calls=num_threads)
+    # Repeat *before* batching, as the queue did: batches run across epoch
+    # boundaries, so with num_epochs=None every batch is full (and its static
+    # shape says so); with an int only the very last batch may be short.
+    if num_epochs != 1:
+        ds = ds.repeat(num_epochs)
+    ds = ds.batch(batch_size, drop_remainder=num_epochs is None)
+    ds = ds.prefetch(max(1, capacity // batch_size))
     return _copy_attrs(base, ds)
 
 
@@ -210,15 +224,76 @@ _CLASS_MODES = {"categorical": "categorical", "binary": "binary", "sparse": "int
                 "input": None, None: None}
 _INTERPOLATIONS = {"nearest": "nearest", "bilinear": "bilinear", "bicubic": "bicubic",
                    "lanczos": "lanczos3", "area": "area"}
-# ImageDataGenerator constructor options (augmentation and statistics) that
-# have no equivalent in pipeline.from_directory.
+# ImageDataGenerator constructor options that the loader does not do.
+# Augmentation: ``pipeline.Augment.from_image_data_generator`` maps these.
+_AUGMENTATION = (
+    "rotation_range", "width_shift_range", "height_shift_range", "brightness_range",
+    "shear_range", "zoom_range", "channel_shift_range", "fill_mode", "cval",
+    "horizontal_flip", "vertical_flip", "interpolation_order")
+# No equivalent anywhere in pipeline (dataset statistics, Python per image, saving).
 _NO_EQUIVALENT = (
     "featurewise_center", "samplewise_center", "featurewise_std_normalization",
-    "samplewise_std_normalization", "zca_whitening", "zca_epsilon", "rotation_range",
-    "width_shift_range", "height_shift_range", "brightness_range", "shear_range",
-    "zoom_range", "channel_shift_range", "fill_mode", "cval", "horizontal_flip",
-    "vertical_flip", "preprocessing_function", "data_format", "save_to_dir",
-    "save_prefix", "save_format")
+    "samplewise_std_normalization", "zca_whitening", "zca_epsilon",
+    "preprocessing_function", "data_format", "save_to_dir", "save_prefix", "save_format")
+
+
+def _refuse_options(options: dict) -> None:
+    """One ValueError naming every option given that the loader does not take."""
+    if not options:
+        return
+    aug = [k for k in sorted(options) if k in _AUGMENTATION]
+    none = [k for k in sorted(options) if k in _NO_EQUIVALENT]
+    unknown = [k for k in sorted(options) if k not in _AUGMENTATION + _NO_EQUIVALENT]
+    parts = []
+    if aug:
+        call = ", ".join(f"{k}={options[k]!r}" for k in aug)
+        parts.append(
+            f"augmentation option(s) {aug} are not done by the loader: map them with "
+            f"aug = pipeline.Augment.from_image_data_generator({call}) and pass "
+            "augment=aug, **aug.factory_options to pipeline.from_directory (or use Keras "
+            "preprocessing layers in the model)")
+    if none:
+        parts.append(f"option(s) {none} have no equivalent in pipeline (dataset "
+                     "statistics, Python per image and saving are not done by the loader; "
+                     "see docs/migrating.md)")
+    if unknown:
+        parts.append(f"{unknown} are not flow_from_directory / ImageDataGenerator options")
+    received = ", ".join(f"{k}={options[k]!r}" for k in sorted(options))
+    raise ValueError("compat.flow_from_directory: " + "; ".join(parts) +
+                     f". Received: {received}")
+
+
+def keras_split(labels: Sequence[int], paths: Sequence[str], validation_split: float):
+    """The rows of (training, validation), split per class as Keras'
+    ``ImageDataGenerator(validation_split=v).flow_from_directory`` does.
+
+    Keras' legacy ``DirectoryIterator`` lists each class folder in sorted order
+    (folder by folder, files sorted within each) and takes, per class of n
+    files, the first ``int(v * n)`` as ``subset="validation"`` and the rest as
+    ``subset="training"``; no seed, no shuffling. So a class of one file is
+    always training (one image per class gives all/none).
+
+    Args:
+        labels: the class index of each path.
+        paths: the file paths (to order each class as Keras does).
+        validation_split: float in [0, 1).
+
+    Returns:
+        (training rows, validation rows): lists of indices into ``paths``, in
+        Keras' order (class by class).
+    """
+    import os
+    by_class = {}
+    for row, label in enumerate(labels):
+        by_class.setdefault(label, []).append(row)
+    train, val = [], []
+    for label in sorted(by_class):
+        rows = sorted(by_class[label], key=lambda r: (os.path.dirname(paths[r]),
+                                                      os.path.basename(paths[r])))
+        n_val = int(validation_split * len(rows))
+        val += rows[:n_val]
+        train += rows[n_val:]
+    return train, val
 
 
 def flow_from_directory(directory, target_size=(256, 256), color_mode="rgb", classes=None,
@@ -242,18 +317,26 @@ def flow_from_directory(directory, target_size=(256, 256), color_mode="rgb", cla
             equivalent: ValueError.)
         keep_aspect_ratio=True -> resize="crop" (center crop to the target
             aspect, then resize; Keras does the same).
-        validation_split (an ``ImageDataGenerator`` option) + subset ->
-            validation_split + subset ("training" / "validation").
+        validation_split (an ``ImageDataGenerator`` option) + subset
+            ("training" / "validation"; "both" gives the pair): split per
+            class exactly as Keras does (``keras_split``): in each class
+            folder, sorted, the first ``int(validation_split * n)`` files are
+            validation and the rest training, with no seed. Without
+            ``subset``, ``validation_split`` is ignored (every file), as in
+            Keras. An empty subset (e.g. validation with one file per class)
+            is an empty dataset, as Keras' iterator of 0 images.
+            (``pipeline.from_directory(validation_split=...)`` splits the
+            whole list at random by ``seed`` instead.)
         rescale None -> uint8 images with values 0-255 (Keras gives float32 with
             the same values; cast if your model needs it); rescale=1/255 ->
             dtype float32 in [0, 1]. Other values: ValueError.
 
-    Options with no equivalent raise ``ValueError``: the augmentation and
-    statistics options of ``ImageDataGenerator`` (rotation_range, zoom_range,
-    horizontal_flip, featurewise_center, zca_whitening, preprocessing_function,
-    ...) and save_to_dir / save_prefix / save_format. Random augmentation
-    belongs in ``pipeline.Augment`` (where available) or Keras preprocessing
-    layers in the model.
+    Options the loader does not take raise one ``ValueError`` that names every
+    one given: the augmentation options of ``ImageDataGenerator``
+    (rotation_range, zoom_range, horizontal_flip, ...; the message shows the
+    ``pipeline.Augment.from_image_data_generator(...)`` call that maps them),
+    the statistics options (featurewise_center, zca_whitening, ...),
+    preprocessing_function and save_to_dir / save_prefix / save_format.
 
     Returns:
         ``tf.data.Dataset`` of ``(images, labels)`` (see ``from_directory``);
@@ -263,16 +346,7 @@ def flow_from_directory(directory, target_size=(256, 256), color_mode="rgb", cla
     Raises:
         ValueError: an option without equivalent, or a bad value, naming it.
     """
-    for name in sorted(generator_options):
-        if name in _NO_EQUIVALENT:
-            raise ValueError(
-                f"`{name}` has no equivalent in pipeline.from_directory (augmentation, "
-                "dataset statistics and saving are not done by the loader). Use "
-                "pipeline.Augment where available or Keras preprocessing layers. "
-                f"Received: {name}={generator_options[name]!r}")
-        raise ValueError(
-            f"Unknown flow_from_directory / ImageDataGenerator option `{name}`. "
-            f"Received: {name}={generator_options[name]!r}")
+    _refuse_options(generator_options)
     if color_mode not in _COLOR_MODES:
         raise ValueError(f"`color_mode` must be one of {list(_COLOR_MODES)}. "
                          f"Received: color_mode={color_mode!r}")
@@ -292,14 +366,47 @@ def flow_from_directory(directory, target_size=(256, 256), color_mode="rgb", cla
         raise ValueError("`rescale` must be None (0-255) or 1/255 ([0, 1]); other scales "
                          "belong in the model (keras.layers.Rescaling). "
                          f"Received: rescale={rescale!r}")
-    labels = None if class_mode in ("input", None) else "inferred"
-    ds = sources.from_directory(
-        directory, labels=labels, class_names=classes, follow_links=follow_links,
-        label_mode=_CLASS_MODES[class_mode], channels=_COLOR_MODES[color_mode],
-        image_size=tuple(target_size), resize="crop" if keep_aspect_ratio else "stretch",
-        interpolation=_INTERPOLATIONS[interpolation], batch_size=batch_size,
-        shuffle=shuffle, seed=seed, validation_split=validation_split, subset=subset,
-        dtype=dtype)
-    if class_mode == "input":
-        return _copy_attrs(ds, ds.map(lambda x: (x, x)))
-    return ds
+    common = dict(label_mode=_CLASS_MODES[class_mode], channels=_COLOR_MODES[color_mode],
+                  image_size=tuple(target_size),
+                  resize="crop" if keep_aspect_ratio else "stretch",
+                  interpolation=_INTERPOLATIONS[interpolation], batch_size=batch_size,
+                  shuffle=shuffle, seed=seed, dtype=dtype)
+    if subset is None:
+        # Keras ignores validation_split without a subset: every file.
+        labels = None if class_mode in ("input", None) else "inferred"
+        ds = sources.from_directory(directory, labels=labels, class_names=classes,
+                                    follow_links=follow_links, **common)
+        return _autoencoder(ds) if class_mode == "input" else ds
+    if subset not in ("training", "validation", "both"):
+        raise ValueError("`subset` must be 'training', 'validation', 'both' or None. "
+                         f"Received: subset={subset!r}")
+    split = 0.0 if validation_split is None else validation_split
+    if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 <= split < 1:
+        raise ValueError("`validation_split` must be a float in [0, 1). "
+                         f"Received: validation_split={validation_split!r}")
+    idx = index_lib.index_directory(directory, "inferred", classes, follow_links, sniff=False)
+    train_rows, val_rows = keras_split(idx.labels, idx.paths, split)
+
+    def make(rows):
+        if not rows:  # Keras gives an iterator of 0 images: an empty dataset
+            full = make(train_rows or val_rows)
+            ds = _copy_attrs(full, full.take(0))
+            ds.file_paths = []
+            return ds
+        labels = None if class_mode in ("input", None) else [idx.labels[r] for r in rows]
+        ds = sources.from_paths([idx.paths[r] for r in rows], labels=labels,
+                                class_names=idx.class_names if labels is not None else None,
+                                **common)
+        if labels is None:
+            ds.class_names = idx.class_names
+        return _autoencoder(ds) if class_mode == "input" else ds
+
+    if subset == "training":
+        return make(train_rows)
+    if subset == "validation":
+        return make(val_rows)
+    return make(train_rows), make(val_rows)
+
+
+def _autoencoder(ds):
+    return _copy_attrs(ds, ds.map(lambda x: (x, x)))

@@ -14,11 +14,8 @@ import os
 import sys
 from typing import Dict, List, Optional
 
-from absl import flags
-
 import tensorflow as tf
 
-from pipeline import cli
 from pipeline import assemble
 from pipeline import config
 from pipeline import formats
@@ -33,26 +30,39 @@ BYTE_BUCKETS = (0, 1 << 10, 10 << 10, 100 << 10, 1 << 20, 10 << 20)
 SIDE_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096)
 
 
-def _bucket_label_bytes(b: int) -> str:
-    for hi in BYTE_BUCKETS:
-        if b <= hi:
-            return f"<= {_human(hi)}"
-    return f"> {_human(BYTE_BUCKETS[-1])}"
-
-
-def _bucket_label_side(s: int) -> str:
-    for hi in SIDE_BUCKETS:
-        if s <= hi:
-            return f"<= {hi}px"
-    return f"> {SIDE_BUCKETS[-1]}px"
-
-
 def _human(b: int) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if b < 1024 or unit == "GB":
             return f"{b:.0f} {unit}" if unit == "B" else f"{b:.0f} {unit}"
         b /= 1024
     return str(b)
+
+
+def _range_labels(bounds, fmt):
+    """Bin labels that read as ranges: the first bin is "<= a", then "a-b"
+    (above a, up to b), the last "> z"."""
+    labels = ["0 B (empty)" if bounds[0] == 0 else f"<= {fmt(bounds[0])}"]
+    labels += [f"{fmt(lo)}-{fmt(hi)}" for lo, hi in zip(bounds, bounds[1:])]
+    return labels + [f"> {fmt(bounds[-1])}"]
+
+
+def _bucket(value, bounds, labels) -> str:
+    for hi, label in zip(bounds, labels):
+        if value <= hi:
+            return label
+    return labels[-1]
+
+
+BYTE_LABELS = _range_labels(BYTE_BUCKETS, lambda b: _human(b))
+SIDE_LABELS = _range_labels(SIDE_BUCKETS, lambda s: f"{s}px")
+
+
+def _bucket_label_bytes(b: int) -> str:
+    return _bucket(b, BYTE_BUCKETS, BYTE_LABELS)
+
+
+def _bucket_label_side(s: int) -> str:
+    return _bucket(s, SIDE_BUCKETS, SIDE_LABELS)
 
 
 @dataclasses.dataclass
@@ -64,9 +74,12 @@ class ScanReport:
         num_ok: int, files that decode.
         per_class: {class name: number of files} (or {} without classes).
         per_format: {format (sniffed from content): number of files}.
-        file_bytes_histogram: {bucket label: count}, file sizes in bytes.
-        max_side_histogram: {bucket label: count}, the larger image side in
-            pixels (decodable files only).
+        file_bytes_histogram: {bin label: count}, file sizes; the bins are
+            ranges: "0 B (empty)", "0 B-1 KB", ..., "100 KB-1 MB" (above 100 KB,
+            up to 1 MB), ..., "> 10 MB". Each file is counted in one bin.
+        max_side_histogram: {bin label: count}, the larger image side in
+            pixels (decodable files only), bins "<= 64px", "64px-128px", ...,
+            "> 4096px".
         extension_mismatches: list of {"path", "extension", "format"}.
         bad_files: list of {"path", "reason"}.
         total_bytes: int, sum of file sizes.
@@ -241,8 +254,7 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
         per_class = {c: counts.get(i, 0) for i, c in enumerate(idx.class_names)}
     sizes = idx.sizes()
     byte_hist = collections.Counter(_bucket_label_bytes(max(int(b), 0)) for b in sizes)
-    order_b = [f"<= {_human(b)}" for b in BYTE_BUCKETS] + [f"> {_human(BYTE_BUCKETS[-1])}"]
-    order_s = [f"<= {s}px" for s in SIDE_BUCKETS] + [f"> {SIDE_BUCKETS[-1]}px"]
+    order_b, order_s = BYTE_LABELS, SIDE_LABELS
     fmts = collections.Counter(f or "unknown" for f in row_fmt.values())
     mism = [{"path": p, "extension": os.path.splitext(p)[1], "format": row_fmt[k]}
             for k, p in enumerate(idx.paths)
@@ -256,34 +268,3 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
         total_bytes=int(sizes.clip(0).sum()), per_variant=dict(variants.most_common()),
         left_out=list(idx.left_out), stack=stack_line())
 
-
-@cli.command("scan")
-def cmd_scan(argv):
-    """python -m pipeline scan SOURCE [--json_out=FILE] [--max_pixels=N].
-
-    Exit status: 0 when every file decodes, 1 when bad files were found,
-    2 when SOURCE cannot be scanned (missing, no images, bad flags).
-    """
-    from absl import app
-    FLAGS = flags.FLAGS
-    if len(argv) != 2:
-        raise app.UsageError("usage: python -m pipeline scan SOURCE [--flags]. "
-                             f"Received: {argv[1:]!r}", exitcode=2)
-    if FLAGS.json_out:  # fail before the scan, not after it
-        try:
-            open(FLAGS.json_out, "a").close()
-        except OSError as e:
-            print(f"pipeline scan: cannot write --json_out={FLAGS.json_out!r}: {e}", file=sys.stderr)
-            return 2
-    try:
-        report = scan(argv[1], max_pixels=FLAGS.max_pixels, follow_links=FLAGS.follow_links,
-                      progress=FLAGS.progress, allow_outside_root=FLAGS.allow_outside_root)
-    except (OSError, ValueError) as e:
-        print(f"pipeline scan: {e}", file=sys.stderr)
-        return 2
-    print(report.table())
-    if FLAGS.json_out:
-        with open(FLAGS.json_out, "w") as f:
-            f.write(report.to_json(indent=2))
-        print(f"wrote {FLAGS.json_out}")
-    return 1 if report.bad_files else 0

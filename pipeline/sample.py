@@ -82,3 +82,81 @@ def ensure_sample(num_images: int = 256, num_classes: int = 4, seed: int = 0,
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+DATA_DIR_ENV = "PIPELINE_DATA_DIR"
+
+
+def repository_dir() -> str:
+    """The folder above the ``pipeline`` package (the repository in a checkout)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def shared_dir(*parts: str):
+    """``../shared/<parts>`` next to the repository when it exists, else None.
+
+    The project keeps real photos and unusual files in a ``shared`` folder
+    beside its checkout; a fresh clone has none, and nothing needs it.
+    """
+    path = os.path.normpath(os.path.join(repository_dir(), os.pardir, "shared", *parts))
+    return path if os.path.exists(path) else None
+
+
+def default_data_dir(data_dir: str | None = None, num_images: int = 256,
+                     num_classes: int = 4, shared: bool = True) -> str:
+    """The data folder of the benchmarks, notebooks and ``pipeline bench``.
+
+    The first of: ``data_dir`` (a flag or parameter) when given;
+    ``$PIPELINE_DATA_DIR`` when set; ``../shared/data/imagenet-sample``
+    relative to the repository when it exists; else the built-in sample
+    (``ensure_sample(num_images, num_classes)``, generated once, no network).
+    Benchmarks and notebooks call this, so that none names a machine path.
+
+    Args:
+        data_dir: str or None, an explicit folder (returned as given).
+        num_images, num_classes: the built-in sample's size, when it is used.
+        shared: look for ``../shared/data/imagenet-sample`` (False: go from
+            the environment variable straight to the built-in sample, as the
+            quick-start ``pipeline bench`` does, so that its figure is the one
+            any fresh clone gets).
+
+    Returns:
+        str, a folder path.
+
+    Raises:
+        FileNotFoundError: ``$PIPELINE_DATA_DIR`` is set but is not a folder
+            (a typo there should not silently measure other data).
+    """
+    if data_dir:
+        return os.fspath(data_dir)
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        if not os.path.isdir(env):
+            raise FileNotFoundError(
+                f"${DATA_DIR_ENV} is not a folder: {env!r}. Unset it to use the built-in "
+                "sample, or point it at a folder of class sub-folders.")
+        return env
+    found = shared_dir("data", "imagenet-sample") if shared else None
+    if found and os.path.isdir(found):
+        return found
+    return ensure_sample(num_images, num_classes)
+
+
+def data_dir_label(path: str) -> str:
+    """A name for a data folder that holds no absolute machine path (for results files).
+
+    ``../shared/...`` for the shared folder, ``<built-in sample NAME>`` for a
+    generated sample, a path relative to the current folder when under it,
+    else ``<...>/`` and the folder's last two parts.
+    """
+    real = os.path.realpath(path)
+    shared = shared_dir()
+    if shared and (real == os.path.realpath(shared) or
+                   real.startswith(os.path.realpath(shared) + os.sep)):
+        return "../shared/" + os.path.relpath(real, os.path.realpath(shared)).replace(os.sep, "/")
+    if os.path.basename(real).startswith(f"sample-v{SAMPLE_VERSION}-"):
+        return f"<built-in sample {os.path.basename(real)}>"
+    rel = os.path.relpath(real, os.getcwd())
+    if not rel.startswith(os.pardir):
+        return rel.replace(os.sep, "/")
+    return "<...>/" + "/".join(real.split(os.sep)[-2:])

@@ -101,6 +101,113 @@ def test_flow_from_directory_mapping(root):
     assert not set(tr.file_paths) & set(va.file_paths)
 
 
+def test_get_batch_endless_batches_are_full_across_epochs(root):
+    """num_epochs=None: repeat before batch, as tf.train.batch: no short batch at
+    an epoch boundary, and the static batch dimension is batch_size."""
+    paths = _paths(root)                       # 20 paths, batch 6: 20 % 6 != 0
+    ds = compat.get_batch(paths, [0] * N, 8, 8, 3, batch_size=6, capacity=12)
+    assert ds.element_spec[0].shape[0] == 6
+    sizes = [int(x.shape[0]) for x, _ in ds.take(12)]   # 72 images: 3.6 epochs
+    assert sizes == [6] * 12
+
+
+def test_get_batch_int_epochs_only_the_last_batch_short(root):
+    paths = _paths(root)
+    values = [int(os.path.basename(p)[:3]) for p in paths]
+    ds = compat.get_batch(paths, values, 8, 8, 3, batch_size=6, capacity=12, num_epochs=2)
+    batches = [y.numpy() for _, y in ds]
+    assert [len(b) for b in batches] == [6] * 6 + [4]   # 40 = 6 * 6 + 4
+    assert sorted(np.concatenate(batches).tolist()) == sorted(values * 2)
+
+
+def _class_tree(root, counts):
+    """Class folders c0, c1, ... with counts[k] PNGs each; returns root."""
+    from PIL import Image
+    for k, n in enumerate(counts):
+        d = os.path.join(root, f"c{k}")
+        os.makedirs(d, exist_ok=True)
+        for j in range(n):
+            Image.new("RGB", (4, 4), (j, k, 0)).save(os.path.join(d, f"{j:03d}.png"))
+    return str(root)
+
+
+def _keras_rule(root, split):
+    """The rule of Keras' DirectoryIterator, written out: per class, sorted, the
+    first int(split * n) files are validation, the rest training."""
+    train, val = [], []
+    for c in sorted(os.listdir(root)):
+        files = sorted(os.path.join(root, c, f) for f in os.listdir(os.path.join(root, c)))
+        k = int(split * len(files))
+        val += files[:k]
+        train += files[k:]
+    return train, val
+
+
+@pytest.mark.parametrize("counts, split", [([1] * 10, 0.2), ([5, 3, 7, 1], 0.25),
+                                           ([10, 9], 0.5), ([4, 4], 0.0)])
+def test_flow_from_directory_splits_per_class_like_keras(tmp_path, counts, split):
+    root = _class_tree(tmp_path / "d", counts)
+    want_train, want_val = _keras_rule(root, split)
+    kw = dict(target_size=(4, 4), validation_split=split, shuffle=False, batch_size=None,
+              class_mode="sparse")
+    tr = compat.flow_from_directory(root, subset="training", **kw)
+    va = compat.flow_from_directory(root, subset="validation", **kw)
+    assert tr.file_paths == want_train and va.file_paths == want_val
+    assert sum(1 for _ in tr) == len(want_train) and sum(1 for _ in va) == len(want_val)
+    labels = [int(y) for _, y in tr]
+    assert labels == [int(os.path.basename(os.path.dirname(p))[1:]) for p in want_train]
+    both = compat.flow_from_directory(root, subset="both", **kw)
+    assert [d.file_paths for d in both] == [want_train, want_val]
+
+
+def test_flow_from_directory_one_image_per_class_is_all_training(tmp_path):
+    """10 classes x 1 image, validation_split=0.2: Keras gives 10 / 0 (int(0.2 * 1) = 0)."""
+    root = _class_tree(tmp_path / "d", [1] * 10)
+    tr = compat.flow_from_directory(root, target_size=(4, 4), validation_split=0.2,
+                                    subset="training", batch_size=4)
+    va = compat.flow_from_directory(root, target_size=(4, 4), validation_split=0.2,
+                                    subset="validation", batch_size=4)
+    assert len(tr.file_paths) == 10 and sum(int(x.shape[0]) for x, _ in tr) == 10
+    assert va.file_paths == [] and list(va) == []
+    assert va.element_spec == tr.element_spec and va.class_names == tr.class_names
+    # without a subset, Keras ignores validation_split: every file
+    everything = compat.flow_from_directory(root, target_size=(4, 4), validation_split=0.2)
+    assert len(everything.file_paths) == 10
+
+
+def test_flow_from_directory_split_matches_keras_legacy_iterator(tmp_path):
+    """Side by side with Keras' own legacy DirectoryIterator, where it imports
+    (Keras 3 keeps it as keras.src.legacy.preprocessing.image; its random
+    transforms need scipy, the listing does not)."""
+    legacy = pytest.importorskip("keras.src.legacy.preprocessing.image")
+    root = _class_tree(tmp_path / "d", [5, 3, 7, 1, 2])
+    for split in (0.2, 0.34, 0.5):
+        gen = legacy.ImageDataGenerator(validation_split=split)
+        for subset in ("training", "validation"):
+            it = gen.flow_from_directory(root, target_size=(4, 4), subset=subset,
+                                         shuffle=False, class_mode="sparse")
+            ds = compat.flow_from_directory(root, target_size=(4, 4), subset=subset,
+                                            validation_split=split, shuffle=False,
+                                            class_mode="sparse", batch_size=None)
+            assert ds.file_paths == it.filepaths, (split, subset)
+            assert [int(y) for _, y in ds] == it.classes.tolist()
+
+
+def test_flow_from_directory_augmentation_error_names_every_option(root):
+    with pytest.raises(ValueError) as e:
+        compat.flow_from_directory(root, rotation_range=20, zoom_range=0.1,
+                                   horizontal_flip=True, save_to_dir="out", colour=1)
+    msg = str(e.value)
+    assert "pipeline.Augment.from_image_data_generator(" in msg
+    assert "horizontal_flip=True, rotation_range=20, zoom_range=0.1" in msg
+    for name in ("rotation_range", "zoom_range", "horizontal_flip", "save_to_dir", "colour"):
+        assert name in msg
+    # the call the message shows does map them
+    aug = pipeline.Augment.from_image_data_generator(horizontal_flip=True, rotation_range=20,
+                                                     zoom_range=0.1)
+    assert isinstance(aug, pipeline.Augment)
+
+
 @pytest.mark.parametrize("kw, match", [
     ({"rotation_range": 20}, "rotation_range"),
     ({"save_to_dir": "/tmp"}, "save_to_dir"),

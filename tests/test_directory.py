@@ -166,7 +166,7 @@ def test_bench_cli_on_tiny_data(class_tree, tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline", "bench", f"--data_dir={root}", "--image_size=16,16",
-         "--batch_size=4", "--epochs=2", "--compare=keras", f"--json_out={out}",
+         "--batch_size=4", "--epochs=2", "--repeats=1", "--compare=keras", f"--json_out={out}",
          "--noprogress"], capture_output=True, text=True, timeout=300,
         env=dict(os.environ, PYTHONPATH=REPO))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -183,7 +183,7 @@ def test_bench_cli_on_tiny_data(class_tree, tmp_path):
 def test_bench_cli_builtin_sample(tmp_path):
     out = tmp_path / "b.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", "bench", "--sample_images=24", "--epochs=1",
+        [sys.executable, "-m", "pipeline", "bench", "--sample_images=24", "--epochs=1", "--repeats=1",
          "--batch_size=8", "--image_size=32", "--compare=", f"--json_out={out}",
          "--noprogress"], capture_output=True, text=True, timeout=300,
         env=dict(os.environ, PYTHONPATH=REPO, PIPELINE_CACHE=str(tmp_path / "cache")))

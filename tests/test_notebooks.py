@@ -1,17 +1,23 @@
-"""The notebooks run top to bottom (small), show pictures, and are committed without outputs.
+"""The notebooks run top to bottom as-is (small), show pictures, and are committed without outputs.
 
 Each notebook is executed with nbclient in a kernel of *this* interpreter: a
 kernelspec written to a temporary JUPYTER_PATH (searched first) whose argv is
 ``sys.executable -m ipykernel_launcher``, so a user-level ``python3`` spec that
 points at another Python cannot be picked up. Only ``pip install -e .[test]``
-(ipykernel, nbclient, nbformat, matplotlib) is needed. The kernel gets
-``PIPELINE_NB_SMALL=1`` and ``PIPELINE_NB_DATA`` (32 generated JPEGs in 4 class
-folders), which the notebooks' "parameters" cells read, and this checkout first
-on ``PYTHONPATH`` (the notebooks also start ``python -m pipeline`` subprocesses).
+(ipykernel, nbclient, nbformat, matplotlib) is needed.
+
+They run as a user on a fresh clone runs them: from a temporary copy of the
+repository (``pipeline/``, ``benchmarks/``, ``notebooks/``), so that there is
+no ``../shared`` beside it, with no ``PIPELINE_DATA_DIR`` (nor the older
+``PIPELINE_NB_*`` variables): the data is the built-in generated sample. The
+only setting is ``PIPELINE_NB_SMALL=1``, which the "parameters" cells read
+(tiny sizes). The optional peers (torch) are not needed: a peer that is not
+installed is skipped and said so.
 """
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -44,34 +50,42 @@ def test_committed_without_outputs(path):
             assert cell.execution_count is None, f"{path.name} cell {i} has an execution count"
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, f"{path.name}: exactly one cell tagged 'parameters'"
-    assert "PIPELINE_NB_SMALL" in tagged[0].source and "PIPELINE_NB_DATA" in tagged[0].source
+    assert "PIPELINE_NB_SMALL" in tagged[0].source and "DATA_DIR = None" in tagged[0].source
+    text = "".join(c.source for c in nb.cells)
+    assert "/work/" not in text and "PIPELINE_NB_DATA" not in text
 
 
 @pytest.fixture(scope="module")
-def kernel_env(tmp_path_factory):
-    """A kernelspec for this interpreter, and the data the notebooks run on."""
-    from pipeline import sample
-
-    root = tmp_path_factory.mktemp("nbkernel")
-    spec_dir = root / "kernels" / KERNEL
+def fresh_clone(tmp_path_factory):
+    """A copy of the repository's code and notebooks with no ``../shared`` beside it,
+    and a kernelspec for this interpreter."""
+    root = tmp_path_factory.mktemp("clone")
+    repo = root / "repo"
+    for part in ("pipeline", "benchmarks", "notebooks"):
+        shutil.copytree(REPO / part, repo / part,
+                        ignore=shutil.ignore_patterns("__pycache__", "results", "*.pyc"))
+    assert not (repo.parent / "shared").exists()
+    spec_dir = root / "jupyter" / "kernels" / KERNEL
     spec_dir.mkdir(parents=True)
     (spec_dir / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "pipeline tests", "language": "python"}))
-    data = sample.ensure_sample(num_images=32, num_classes=4,
-                                root=str(tmp_path_factory.mktemp("nbdata")))
-    return {"JUPYTER_PATH": str(root), "PIPELINE_NB_SMALL": "1", "PIPELINE_NB_DATA": data}
+    return repo, root / "jupyter"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path, kernel_env, tmp_path, monkeypatch):
-    for k, v in kernel_env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+def test_notebook_runs_as_is(path, fresh_clone, tmp_path, monkeypatch):
+    repo, jupyter = fresh_clone
+    for k in list(os.environ):
+        if k == "PIPELINE_DATA_DIR" or k.startswith("PIPELINE_NB_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("PIPELINE_NB_SMALL", "1")
+    monkeypatch.setenv("JUPYTER_PATH", str(jupyter))
+    # The copy first: `import pipeline` (and `python -m pipeline` subprocesses) use it.
+    monkeypatch.setenv("PYTHONPATH", str(repo))
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend draws PNGs
-    nb = nbformat.read(path, as_version=4)
+    nb = nbformat.read(repo / "notebooks" / path.name, as_version=4)
     client = nbclient.NotebookClient(
         nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT_S, allow_errors=False,
         resources={"metadata": {"path": str(tmp_path)}})
@@ -86,3 +100,8 @@ def test_notebook_runs(path, kernel_env, tmp_path, monkeypatch):
     assert pictures, f"{path.name} drew no pictures"
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "Traceback" not in text
+    assert "data: <built-in sample sample-v1-n32-c4-s0>" in text  # not ../shared
+    if path.name == "03_benchmarks.ipynb":
+        import importlib.util
+        if importlib.util.find_spec("torch") is None:
+            assert "torch: not measured (torch is not installed here" in text

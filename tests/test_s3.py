@@ -1,4 +1,4 @@
-"""s3:// sources against moto's S3 server on loopback (TF part in a subprocess, see NOTES.md)."""
+"""s3:// sources against moto's S3 server on loopback (TF part in a subprocess, see docs/notes.md)."""
 
 import json
 import os

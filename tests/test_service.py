@@ -1,7 +1,7 @@
 """tf.data service: a dispatcher and two workers as real processes on 127.0.0.1.
 
 Checks what each processing mode guarantees, and measures what a worker killed
-mid-epoch costs (lost / repeated elements), with hard timeouts: NOTES.md saw a
+mid-epoch costs (lost / repeated elements), with hard timeouts: docs/notes.md notes a
 consumer block for minutes after a worker died.
 """
 

@@ -1,0 +1,243 @@
+"""Optional benchmark peers, kept out of the ``pipeline`` package.
+
+They use what a library must not depend on: torch, TF1 queue runners
+(``tf.compat.v1.train``), a Keras-private adapter
+(``keras.src...PyDatasetAdapter``) and the legacy ``ImageDataGenerator``.
+Importing this module registers them with the package's harness
+(``pipeline.bench.register``) beside the public-API candidates of
+``pipeline.candidates``; the harness records this module's name, and its
+subprocess worker puts this folder on ``PYTHONPATH`` to import it again.
+
+    import sys; sys.path.insert(0, "benchmarks")
+    import candidates                      # registers tf1_queue, pydataset, ...
+    from pipeline import bench
+    bench.run_candidates(["pipeline", "tf1_queue"], spec)
+
+Candidates added here:
+    tf1_queue: TF1 queue runners (``tf.compat.v1``, graph mode):
+        ``slice_input_producer`` -> ``read_file`` -> ``decode_jpeg`` ->
+        ``resize_images`` -> ``tf.train.batch(num_threads=cores)``.
+        Delivers ``len // batch`` full batches per epoch.
+    keras_idg: ``ImageDataGenerator(rescale=1/255).flow_from_directory``
+        (Keras legacy, through ``tf.keras``; Pillow, float32).
+    pydataset: a ``keras.utils.PyDataset`` decoding with Pillow, ``workers=2``,
+        ``use_multiprocessing=False`` (threads: Pillow releases the GIL while
+        decoding and resizing, and processes would pickle every batch back),
+        read through ``PyDatasetAdapter.get_tf_dataset()``, which is what
+        ``Model.fit`` feeds from on the TensorFlow backend.
+    torch: ``torch.utils.data.DataLoader`` over a Pillow ``Dataset``
+        (``num_workers`` = cores); skipped when torch is not importable.
+
+Also here: ``symlink_tree`` (folders of N links to the photos of a folder) and
+``data_dir_flag_help`` for the scripts of this folder, which take their data
+folder from ``--data_dir``, else ``pipeline.sample.default_data_dir()``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from pipeline import bench  # noqa: E402
+from pipeline import candidates as public  # noqa: E402,F401  (registers pipeline, keras, ...)
+from pipeline import config as config_lib  # noqa: E402
+from pipeline import sample  # noqa: E402
+from pipeline.candidates import pil_load  # noqa: E402
+
+DATA_DIR_HELP = ("Class-folder photo root; default: $PIPELINE_DATA_DIR, else "
+                 "../shared/data/imagenet-sample next to the repository, else a generated "
+                 "sample (pipeline.sample.default_data_dir).")
+
+
+def data_dir(flag_value=None, num_images: int = 256) -> str:
+    """``--data_dir`` when given, else ``pipeline.sample.default_data_dir()``."""
+    return sample.default_data_dir(flag_value, num_images=num_images)
+
+
+def _index(spec):
+    from pipeline import index as index_lib
+    idx = index_lib.index_directory(spec["data_dir"])
+    return list(idx.paths), list(idx.labels), idx
+
+
+# --- TF1 queue runners ------------------------------------------------------
+
+class QueueRunnerBatches:
+    """TF1 queue-runner input (``tf.compat.v1``, graph mode), iterable per epoch.
+
+    ``slice_input_producer(shuffle=True)`` -> ``read_file`` -> ``decode_jpeg``
+    -> ``resize_images`` (bilinear, cast to uint8) -> ``tf.train.batch`` with
+    ``num_threads`` threads and a ``Coordinator``. One epoch is
+    ``len(paths) // batch_size`` full batches (numpy ``(images uint8 [b, size,
+    size, 3], labels int32 [b])``).
+
+    Needs graph mode: call ``tf.compat.v1.disable_eager_execution()`` first,
+    before any eager op.
+    """
+
+    def __init__(self, paths, labels, size, batch_size, num_threads, seed=None):
+        import tensorflow as tf
+        tf1 = tf.compat.v1
+        h, w = (size, size) if isinstance(size, int) else size
+        path, label = tf1.train.slice_input_producer(
+            [tf.constant(paths), tf.constant(labels, tf.int32)], shuffle=True, seed=seed)
+        image = tf.image.decode_jpeg(tf1.read_file(path), channels=3)
+        image = tf.cast(tf1.image.resize_images(image, [h, w]), tf.uint8)
+        image.set_shape([h, w, 3])
+        self.batch = tf1.train.batch([image, label], batch_size=batch_size,
+                                     num_threads=num_threads, capacity=4 * batch_size)
+        self.steps = len(paths) // batch_size
+        self.sess = tf1.Session()
+        self.coord = tf1.train.Coordinator()
+        self.threads = tf1.train.start_queue_runners(sess=self.sess, coord=self.coord)
+
+    def __iter__(self):
+        for _ in range(self.steps):
+            yield self.sess.run(self.batch)
+
+    def close(self):
+        self.coord.request_stop()
+        self.sess.close()
+
+
+def _tf1_queue(spec):
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    paths, labels, _ = _index(spec)
+    if len(paths) < spec["batch_size"]:
+        raise ValueError(f"tf1_queue needs at least batch_size files. Received: "
+                         f"{len(paths)} files, batch_size={spec['batch_size']}")
+    return QueueRunnerBatches(paths, labels, tuple(spec["image_size"]), spec["batch_size"],
+                              spec.get("num_threads") or config_lib.cpu_count(),
+                              seed=spec.get("seed"))
+
+
+# --- Pillow and Keras legacy peers -----------------------------------------
+
+class _Epochs:
+    """Re-iterable wrapper: each ``iter()`` runs ``steps`` calls of ``fn``."""
+
+    def __init__(self, fn, steps, on_epoch_end=None):
+        self.fn, self.steps, self.on_epoch_end = fn, steps, on_epoch_end
+
+    def __iter__(self):
+        for i in range(self.steps):
+            yield self.fn(i)
+        if self.on_epoch_end:
+            self.on_epoch_end()
+
+
+def _keras_idg(spec):
+    """``ImageDataGenerator(rescale=1/255).flow_from_directory`` (Keras legacy; Pillow)."""
+    import tensorflow as tf
+    gen = tf.keras.preprocessing.image.ImageDataGenerator(rescale=1.0 / 255)
+    it = gen.flow_from_directory(spec["data_dir"], target_size=tuple(spec["image_size"]),
+                                 batch_size=spec["batch_size"], class_mode="sparse",
+                                 shuffle=True, seed=spec.get("seed"), interpolation="bilinear")
+    return _Epochs(lambda i: it[i], len(it), it.on_epoch_end)
+
+
+def _pydataset(spec):
+    import keras
+    import numpy as np
+    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+
+    paths, labels, _ = _index(spec)
+    size, bs = tuple(spec["image_size"]), spec["batch_size"]
+    workers = spec.get("pydataset_workers", 2)
+
+    class Photos(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__(workers=workers, use_multiprocessing=False, max_queue_size=10)
+            self.order = list(range(len(paths)))
+
+        def __len__(self):
+            return (len(paths) + bs - 1) // bs
+
+        def __getitem__(self, i):
+            ids = self.order[i * bs:(i + 1) * bs]
+            x = np.stack([pil_load(paths[j], size) for j in ids])
+            return x, np.asarray([labels[j] for j in ids], np.int32)
+
+        def on_epoch_end(self):
+            random.shuffle(self.order)
+
+    adapter = PyDatasetAdapter(Photos(), shuffle=False)
+    random.seed(spec.get("seed"))
+
+    class Epochs:
+        bench_extra = {"workers": workers, "use_multiprocessing": False}
+
+        def __iter__(self):
+            adapter.on_epoch_begin()
+            yield from adapter.get_tf_dataset()
+            adapter.on_epoch_end()
+
+    return Epochs()
+
+
+def _no_torch():
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed here (importlib.util.find_spec('torch') is None)"
+    return None
+
+
+def _torch(spec):
+    try:
+        import torch  # noqa: F401
+        from torch.utils.data import DataLoader, Dataset
+    except ImportError as e:
+        raise bench.CandidateSkipped(f"torch is not importable here ({e})") from None
+    paths, labels, _ = _index(spec)
+    size = tuple(spec["image_size"])
+
+    class Photos(Dataset):
+        def __len__(self):
+            return len(paths)
+
+        def __getitem__(self, i):
+            return torch.from_numpy(pil_load(paths[i], size)), int(labels[i])
+
+    g = torch.Generator()
+    if spec.get("seed") is not None:
+        g.manual_seed(spec["seed"])
+    return DataLoader(Photos(), batch_size=spec["batch_size"], shuffle=True, generator=g,
+                      num_workers=config_lib.cpu_count(), persistent_workers=True)
+
+
+bench.register("tf1_queue", _tf1_queue, "TF1 queue runners (tf.compat.v1), cores threads")
+bench.register("keras_idg", _keras_idg,
+               "ImageDataGenerator(rescale=1/255).flow_from_directory (Pillow, float32)")
+bench.register("pydataset", _pydataset, "keras.utils.PyDataset, Pillow, workers=2 (threads)")
+bench.register("torch", _torch, "torch DataLoader, Pillow, num_workers=cores",
+               precheck=_no_torch)
+
+
+def symlink_tree(src_dir: str, num_files: int, dst: str, num_classes: int = 10) -> str:
+    """Fills ``dst`` with ``num_files`` symlinks to the photos of ``src_dir``.
+
+    The photos (found recursively, sorted) are repeated round-robin; links go
+    to ``num_classes`` class sub-folders ``class_000`` ... named
+    ``img_000000.jpg`` ... (extension of the source). Returns ``dst``.
+
+    Raises:
+        ValueError: ``src_dir`` holds no image file.
+    """
+    exts = (".jpg", ".jpeg", ".png")
+    photos = sorted(os.path.join(d, f) for d, _, fs in os.walk(src_dir) for f in fs
+                    if f.lower().endswith(exts))
+    if not photos:
+        raise ValueError(f"no images under src_dir. Received: src_dir={src_dir!r}")
+    for c in range(num_classes):
+        os.makedirs(os.path.join(dst, f"class_{c:03d}"), exist_ok=True)
+    for i in range(num_files):
+        src = photos[i % len(photos)]
+        name = f"img_{i:06d}{os.path.splitext(src)[1].lower()}"
+        os.symlink(src, os.path.join(dst, f"class_{i % num_classes:03d}", name))
+    return dst

@@ -1,0 +1,285 @@
+"""The surface a user meets: CLI help and exit codes, the bench headline's spread line,
+scan's histogram labels, the default data folder, the candidate registry and the
+generated API reference. Most run in-process (no timings are asserted)."""
+
+import io
+import os
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+
+import pytest
+from absl import flags
+
+from pipeline import bench, cli, sample
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cli(*args):
+    """``cli.run`` in this process: (exit status, stdout, stderr); flags reset after."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            cli.run(["pipeline", *args])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        flags.FLAGS.unparse_flags()
+    return code, out.getvalue(), err.getvalue()
+
+
+# --- command line ------------------------------------------------------------
+
+def test_help_exits_0_and_lists_commands():
+    code, out, _ = run_cli("--help")
+    assert code == 0
+    for name in ("bench", "scan", "convert", "service", "doctor"):
+        assert f"\n  {name} " in out
+    assert run_cli("-h")[0] == 0
+
+
+@pytest.mark.parametrize("name, positionals, own, foreign", [
+    ("bench", [], ["--data_dir", "--repeats", "--compare", "--max_spread"],
+     ["--num_shards", "--port", "--max_pixels"]),
+    ("scan", ["SOURCE"], ["--max_pixels", "--follow_links", "--json_out"],
+     ["--num_shards", "--port", "--repeats"]),
+    ("convert", ["SRC", "OUT"], ["--num_shards", "--path_column"],
+     ["--port", "--repeats", "--max_pixels"]),
+    ("service", ["ROLE"], ["--port", "--dispatcher_address", "--worker_addresses"],
+     ["--num_shards", "--repeats", "--json_out"]),
+    ("doctor", [], ["--json_out"], ["--num_shards", "--port", "--repeats"]),
+])
+def test_command_help_shows_its_usage_and_only_its_flags(name, positionals, own, foreign):
+    for args in ((name, "--help"), ("--help", name), (name, "-h")):
+        code, out, _ = run_cli(*args)
+        assert code == 0, args
+        assert out.startswith(f"usage: python -m pipeline {name}")
+        for p in positionals:
+            assert f"\n  {p}  " in out
+        for f in own:
+            assert (f"  {f}" in out or f"  --[no]{f[2:]}" in out) and "[default: " in out
+        for f in foreign:
+            assert f not in out, (name, f)
+    # every flag of the command is listed with its default
+    code, out, _ = run_cli(name, "--help")
+    for f in cli.command_flags(name):
+        assert f"{f}" in out
+    if name == "convert":
+        assert "--num_shards=N\n      Shards to write" in out and "[default: none]" in out
+    if name == "bench":
+        assert "[default: 5]" in out  # repeats
+
+
+def test_helpfull_is_absls_full_list():
+    code, out, _ = run_cli("--helpfull")
+    assert code == 0
+    assert "--num_shards" in out and "--port" in out and "--[no]logtostderr" in out
+
+
+def test_every_flag_belongs_to_a_command():
+    assert set(cli.FLAG_COMMANDS) and all(cli.FLAG_COMMANDS.values())
+    for name, cmds in cli.FLAG_COMMANDS.items():
+        assert set(cmds) <= set(cli.COMMANDS), name
+
+
+@pytest.mark.parametrize("args, says", [
+    ((), "expected a command"),
+    (("nope",), "expected a command"),
+    (("nope", "--help"), "unknown command"),
+    (("--nope",), "Unknown command line flag"),
+    (("bench", "--nope"), "Unknown command line flag"),
+    (("bench", "--batch_size=abc"), "--batch_size=abc"),
+    (("bench", "--epochs=0"), "--epochs must be > 0"),
+    (("bench", "--image_size=1,2,3"), "--image_size"),
+    (("bench", "--on_error=ignore"), "--on_error"),
+    (("bench", "--compare=nope"), "--compare: unknown candidate(s) ['nope']"),
+    (("bench", "extra"), "no positional arguments"),
+    (("scan",), "scan takes one SOURCE"),
+    (("scan", "a", "b"), "scan takes one SOURCE"),
+    (("convert", "only_src"), "convert takes SRC and OUT"),
+    (("convert", "a", "b", "--num_shards=0"), "--num_shards must be > 0"),
+    (("service",), "'dispatcher' or 'worker'"),
+    (("service", "boss"), "'dispatcher' or 'worker'"),
+    (("service", "worker"), "--dispatcher_address"),
+    (("doctor", "extra"), "no positional arguments"),
+])
+def test_usage_errors_exit_2_with_the_usage_line(args, says):
+    code, out, err = run_cli(*args)
+    assert code == 2, (args, out, err)
+    assert says in err and "usage: python -m pipeline" in err
+    assert "Traceback" not in err and "--heartbeat_interval_ms" not in err
+
+
+def test_missing_source_exits_2(tmp_path):
+    code, _, err = run_cli("scan", str(tmp_path / "nope"), "--noprogress")
+    assert code == 2 and "nope" in err
+    code, _, err = run_cli("convert", str(tmp_path / "nope"), str(tmp_path / "out"))
+    assert code == 2 and "pipeline convert: error:" in err
+
+
+def test_doctor_prints_the_stack(tmp_path, monkeypatch):
+    import json
+    import numpy as np
+    import tensorflow as tf
+    code, out, _ = run_cli("doctor", f"--json_out={tmp_path / 'd.json'}")
+    assert code == 0
+    info = json.loads((tmp_path / "d.json").read_text())
+    text = json.dumps(info)
+    assert tf.__version__ in text and np.__version__ in text
+    # without pipeline.stack (written elsewhere): the basic list
+    monkeypatch.setitem(sys.modules, "pipeline.stack", None)  # import raises
+    basic = cli.basic_stack()
+    assert set(basic) >= {"python", "tensorflow", "keras", "numpy", "tensorflow-io", "Pillow",
+                          "cpus"}
+    assert basic["tensorflow"] == tf.__version__
+
+
+def test_python_dash_m_pipeline_help_exits_0():
+    """The real entry point once (the rest run in-process)."""
+    for args in (["--help"], ["convert", "--help"]):
+        proc = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True,
+                              text=True, timeout=120, env=dict(os.environ, PYTHONPATH=REPO))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.startswith("usage: python -m pipeline")
+
+
+def test_main_module_is_a_shim():
+    lines = [l for l in open(os.path.join(REPO, "pipeline", "__main__.py")).read().splitlines()
+             if l.strip()]
+    assert lines[1:] == ["from pipeline import cli", "cli.run()"]
+
+
+# --- bench: the headline's spread, from fake results --------------------------
+
+def _fake(name, rates, per_cpu=500.0):
+    runs = [{"name": name, "images_per_sec": r, "steady_images_per_cpu_sec": per_cpu}
+            for r in rates]
+    return {"name": name, "images_per_sec": sorted(rates)[len(rates) // 2],
+            "steady_images_per_cpu_sec": per_cpu, "runs": runs}
+
+
+def test_spread_line_flags_a_wide_spread():
+    res = {"pipeline": _fake("pipeline", [300, 400, 520]), "keras": _fake("keras", [200] * 3)}
+    s = bench.spread(res["pipeline"])
+    assert s == {"median": 400, "min": 300, "max": 520, "runs": 3,
+                 "relative": pytest.approx(220 / 400)}
+    lines = "\n".join(bench.headline(res, "pipeline", ["keras"]))
+    assert "pipeline images/s: 400 (median of 3 runs, spread 300-520, 55% of the median)" in lines
+    assert lines.count("TOO WIDE TO TRUST") == 2   # pipeline's images/s and the ratio
+    assert "pipeline / keras, images/s: 2.00x (median of 3 runs, spread 1.50x-2.60x" in lines
+    assert "pipeline / keras, images per CPU-second: 1.00x" in lines
+
+
+def test_spread_line_quiet_when_steady_and_says_when_unmeasured():
+    res = {"pipeline": _fake("pipeline", [400, 410, 420]), "keras": _fake("keras", [200] * 3),
+           "torch": {"name": "torch", "skipped": "torch is not installed here"}}
+    lines = "\n".join(bench.headline(res, "pipeline", ["keras", "torch"]))
+    assert "TOO WIDE" not in lines and "5% of the median" in lines
+    assert "torch: no figures (torch is not installed here)" in lines
+    # the limit is a parameter (--max_spread)
+    assert "TOO WIDE" in "\n".join(bench.headline(res, "pipeline", ["keras"], max_spread=0.01))
+    one = {"pipeline": _fake("pipeline", [400])}
+    assert "one run: no spread measured" in bench.headline(one, "pipeline", [])[0]
+    assert bench.spread({"name": "x", "skipped": "why"}) is None
+
+
+# --- candidate registry --------------------------------------------------------
+
+def test_register_refuses_main_and_records_the_module():
+    def factory(spec):
+        return []
+    factory.__module__ = "__main__"
+    with pytest.raises(ValueError, match="importable module"):
+        bench.register("from_main", factory)
+    assert "from_main" not in bench.CANDIDATES
+    from pipeline import candidates  # noqa: F401
+    assert bench.MODULES["pipeline"] == "pipeline.candidates"
+    assert not {"torch", "tf1_queue", "pydataset", "keras_idg"} & set(bench.CANDIDATES) or \
+        "candidates" in sys.modules  # only benchmarks/candidates.py adds the peers
+
+
+def test_a_candidate_registered_outside_the_package_runs_in_its_subprocess(tmp_path):
+    """The worker imports the module that registered a candidate, from its folder."""
+    (tmp_path / "my_peers.py").write_text(
+        "import numpy as np\n"
+        "from pipeline import bench\n"
+        "def _ones(spec):\n"
+        "    return [np.ones((2, 1)), np.ones((3, 1))]\n"
+        "bench.register('ones_peer', _ones, 'two tiny batches')\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import my_peers  # noqa: F401
+        assert bench.MODULES["ones_peer"] == "my_peers"
+        assert str(tmp_path) in bench._module_dirs(["ones_peer"])
+        r = bench.run_candidates(["ones_peer"], {"epochs": 2}, progress=False, timeout=120)
+    finally:
+        sys.path.remove(str(tmp_path))
+        for d in (bench.CANDIDATES, bench.DESCRIPTIONS, bench.MODULES):
+            d.pop("ones_peer", None)
+    assert r["ones_peer"]["images_delivered"] == 10
+    assert r["ones_peer"]["description"] == "two tiny batches"
+
+
+# --- scan's histogram labels --------------------------------------------------
+
+def test_scan_histogram_labels_are_ranges(tmp_path):
+    from PIL import Image
+    from pipeline import report
+    assert report.BYTE_LABELS == ["0 B (empty)", "0 B-1 KB", "1 KB-10 KB", "10 KB-100 KB",
+                                  "100 KB-1 MB", "1 MB-10 MB", "> 10 MB"]
+    assert report.SIDE_LABELS[:3] == ["<= 64px", "64px-128px", "128px-256px"]
+    assert report._bucket_label_bytes(150 << 10) == "100 KB-1 MB"
+    assert report._bucket_label_bytes(100 << 10) == "10 KB-100 KB"   # upper bound inclusive
+    assert report._bucket_label_side(300) == "256px-512px"
+    d = tmp_path / "imgs"
+    d.mkdir()
+    Image.new("RGB", (300, 20)).save(d / "a.png")
+    Image.new("RGB", (40, 30)).save(d / "b.png")
+    r = report.scan(str(d), progress=False)
+    assert r.max_side_histogram == {"<= 64px": 1, "256px-512px": 1}
+    assert r.file_bytes_histogram == {"0 B-1 KB": 2}
+    assert "\n  0 B-1 KB " in r.table() and "<= 1 KB" not in r.table()
+
+
+# --- the default data folder ---------------------------------------------------
+
+def test_default_data_dir_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("PIPELINE_DATA_DIR", raising=False)
+    assert sample.default_data_dir("given") == "given"
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path))
+    assert sample.default_data_dir() == str(tmp_path)
+    monkeypatch.setenv("PIPELINE_DATA_DIR", str(tmp_path / "typo"))
+    with pytest.raises(FileNotFoundError, match="PIPELINE_DATA_DIR"):
+        sample.default_data_dir()
+    monkeypatch.delenv("PIPELINE_DATA_DIR")
+    monkeypatch.setattr(sample, "repository_dir", lambda: str(tmp_path / "clone" / "repo"))
+    assert sample.shared_dir("data") is None
+    built_in = sample.default_data_dir(num_images=3, num_classes=1)
+    assert os.path.basename(built_in) == "sample-v1-n3-c1-s0"
+    assert sample.data_dir_label(built_in) == "<built-in sample sample-v1-n3-c1-s0>"
+    shared = tmp_path / "clone" / "shared" / "data" / "imagenet-sample"
+    shared.mkdir(parents=True)
+    assert sample.default_data_dir() == str(shared)
+    assert sample.default_data_dir(shared=False, num_images=3, num_classes=1) == built_in
+    assert sample.data_dir_label(str(shared)) == "../shared/data/imagenet-sample"
+
+
+# --- the API reference -----------------------------------------------------------
+
+def test_api_reference_is_generated_from_the_docstrings():
+    from pipeline import apidoc
+    path = os.path.join(REPO, "docs", "api.md")
+    with open(path, encoding="utf-8") as f:
+        assert f.read() == apidoc.generate(), \
+            "docs/api.md differs from the docstrings: run python -m pipeline.apidoc"
+
+
+def test_readme_sends_readers_only_to_files_that_exist():
+    import re
+    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    for ref in set(re.findall(r"\]\(([\w./-]+\.md)\)", text)):
+        assert os.path.exists(os.path.join(REPO, ref)), ref
+    assert "API.md" not in text and "NOTES.md" not in text
