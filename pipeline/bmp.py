@@ -3,18 +3,24 @@
 Which paths are vectorised and which loop:
 
 * 24-bit BGR and 32-bit BGRX/BGRA (BI_RGB, or BI_BITFIELDS with the byte-aligned
-  masks): vectorised. One ``substr`` + ``decode_raw``, one strided slice that crops
-  the row padding and flips bottom-up rows, one channel reverse. No per-pixel work.
+  masks): vectorised. One ``decode_raw`` (zero-padded to the full size), one crop
+  of the row padding, one ``tf.reverse`` for bottom-up rows, one for BGR -> RGB.
 * 1/2/4/8-bit palette images: vectorised. Sub-byte indices are unpacked with bit
   shifts, then one ``tf.gather`` on a 256-entry colour table (the table is made
   gray/RGBA first, so ``channels`` costs nothing per pixel).
 * 16/24/32-bit BI_BITFIELDS / BI_ALPHABITFIELDS with any contiguous masks:
   vectorised int64 bit ops (and, shift, scale).
-* RLE8 / RLE4: a ``tf.while_loop`` with one iteration per 2-byte RLE code (not per
-  pixel) that records runs; the pixels are then expanded vectorised
-  (``searchsorted`` + ``gather``). RLE is rare; this path is the slow one.
+* RLE8 / RLE4: vectorised for ordinary streams. Every RLE code starts on an even
+  byte, so the chain of codes is found by pointer doubling over all even offsets,
+  the pixel position after each code by a parallel prefix scan (adds and
+  "round up to the next row" compose associatively), and the pixels by
+  ``searchsorted`` + ``gather``. Streams whose encoded runs overflow a row
+  (which Pillow clips, so positions stop being a plain prefix sum) fall back to a
+  ``tf.while_loop`` with one iteration per 2-byte code. That loop is slow (tens of
+  µs per code) and only runs for such malformed-but-decodable streams.
 
-The path is picked from the header with ``tf.switch_case``; only the chosen branch
+The header is parsed with a handful of vectorised ops, all checks go into one
+``Assert``, and the path is picked with ``tf.switch_case``: only the chosen branch
 runs. Format sources: the Microsoft BMP documentation (BITMAPFILEHEADER,
 BITMAPCOREHEADER, BITMAPINFOHEADER, BITMAPV4HEADER, BITMAPV5HEADER, "Bitmap
 Compression"), the bmpsuite test corpus by Jason Summers, and Pillow's
@@ -34,86 +40,84 @@ _HEAD = 14 + 124 + 16
 _HEADER_SIZES = (12, 40, 52, 56, 64, 108, 124)
 _BI_RGB, _BI_RLE8, _BI_RLE4, _BI_BITFIELDS, _BI_JPEG, _BI_PNG = 0, 1, 2, 3, 4, 5
 _BI_ALPHABITFIELDS = 6
-_PATH_PALETTE, _PATH_RLE, _PATH_BGR24, _PATH_BGRA32, _PATH_MASKS = range(5)
+_PATH_BGR24, _PATH_BGRA32, _PATH_PALETTE8, _PATH_PALETTE_LOW, _PATH_MASKS, _PATH_RLE = range(6)
+# Little-endian fields read from the first _HEAD bytes, by file offset.
+_U32 = (10, 14, 18, 22, 30, 46, 54, 58, 62, 66)
+_U16 = (18, 20, 24, 28)
 
 
 def _c(value):
     return tf.constant(value, tf.int64)
 
 
-def _check(cond, message):
-    return tf.debugging.Assert(cond, ["BMP: " + message])
+def _assert_all(checks):
+    """One Assert for a list of (condition, message); reports the first failing one."""
+    ok = tf.stack([c for c, _ in checks])
+    messages = tf.constant(["BMP: " + m for _, m in checks])
+    first_bad = tf.argmin(tf.cast(ok, tf.int32), output_type=tf.int32)
+    return tf.debugging.Assert(tf.reduce_all(ok), [tf.gather(messages, first_bad)])
 
 
 class _Header:
-    """Header fields as int64 scalar tensors, plus the asserts that validate them."""
+    """Header fields as int64 scalar tensors, and the checks that validate them."""
 
     def __init__(self, contents):
         contents = tf.convert_to_tensor(contents, tf.string)
         contents.shape.assert_has_rank(0)
         self.contents = contents
-        raw = tf.io.decode_raw(tf.strings.substr(contents, 0, _HEAD), tf.uint8)
-        raw = tf.cast(tf.pad(raw, [[0, _HEAD - tf.size(raw)]]), tf.int64)
+        raw = tf.cast(tf.io.decode_raw(contents, tf.uint8, fixed_length=_HEAD), tf.int64)
         self.n = tf.cast(tf.strings.length(contents), tf.int64)
+        offs = tf.constant([[o + k for k in range(4)] for o in _U32 + _U16])
+        weights = tf.constant([1, 1 << 8, 1 << 16, 1 << 24], tf.int64)
+        mask16 = tf.constant([[1, 1, 1, 1]] * len(_U32) + [[1, 1, 0, 0]] * len(_U16), tf.int64)
+        values = tf.reduce_sum(tf.gather(raw, offs) * weights * mask16, axis=1)
+        off, hs, w32, h32, comp, colors, r, g, b, a, w16, h16, bits16, bits32 = tf.unstack(values)
+        signature = raw[0] * 256 + raw[1]
 
-        def u16(o):
-            return raw[o] + raw[o + 1] * 256
-
-        def u32(o):
-            return u16(o) + u16(o + 2) * 65536
-
-        self.magic_ok = tf.logical_and(tf.equal(raw[0], 66), tf.equal(raw[1], 77))
-        hs = u32(14)
+        self.magic_ok = tf.equal(signature, 66 * 256 + 77)  # "BM"
         self.hs = hs
-        self.core = tf.equal(hs, 12)  # OS/2 1.x BITMAPCOREHEADER: 16-bit fields
-        core = self.core
-        h32 = u32(22)
+        self.core = core = tf.equal(hs, 12)  # OS/2 1.x BITMAPCOREHEADER: 16-bit fields
         h32 = tf.where(h32 >= 2 ** 31, h32 - 2 ** 32, h32)
-        w32 = u32(18)
         w32 = tf.where(w32 >= 2 ** 31, w32 - 2 ** 32, w32)
-        self.width = tf.where(core, u16(18), w32)
-        height = tf.where(core, u16(20), h32)
+        self.width = tf.where(core, w16, w32)
+        height = tf.where(core, h16, h32)
         self.top_down = tf.less(height, 0)
         self.height = tf.abs(height)
-        self.bits = tf.where(core, u16(24), u16(28))
-        self.comp = tf.where(core, tf.constant(0, tf.int64), u32(30))
-        bits, comp = self.bits, self.comp
+        self.bits = bits = tf.where(core, bits16, bits32)
+        self.comp = comp = tf.where(core, _c(0), comp)
 
         # Colour masks: in the header from V2 on, after a 40-byte header otherwise;
         # in both cases at file offsets 54, 58, 62 (and 66 for alpha).
         is_bf = tf.equal(comp, _BI_BITFIELDS)
         is_abf = tf.equal(comp, _BI_ALPHABITFIELDS)
         has_a = tf.logical_or(is_abf, tf.logical_and(is_bf, hs >= 56))
-        r, g, b = u32(54), u32(58), u32(62)
-        a = tf.where(has_a, u32(66), 0)
+        a = tf.where(has_a, a, 0)
         use_file = tf.logical_or(is_bf, is_abf)
-        zero_rgb = tf.logical_and(tf.equal(r | g | b, 0), tf.equal(a, 0))
+        zero_rgb = tf.equal(r | g | b | a, 0)
         # BI_RGB defaults: 16-bit is 5-5-5; 32-bit is BGRX (the 4th byte is
         # ignored, as Pillow does). All-zero BITFIELDS masks mean the defaults
         # (Pillow reads 32-bit all-zero masks as BGRA).
-        is16, is32 = tf.equal(bits, 16), tf.equal(bits, 32)
-        dr = tf.where(is16, _c(0x7C00), _c(0xFF0000))
-        dg = tf.where(is16, _c(0x3E0), _c(0xFF00))
-        db = tf.where(is16, _c(0x1F), _c(0xFF))
-        da = tf.where(tf.logical_and(is32, use_file), _c(0xFF000000), _c(0))
+        is16 = tf.equal(bits, 16)
         default = tf.logical_or(tf.logical_not(use_file), zero_rgb)
         self.masks = [
-            tf.cast(tf.where(default, d, m), tf.int64)
-            for d, m in ((dr, r), (dg, g), (db, b), (da, a))
+            tf.where(default, tf.where(is16, _c(d16), _c(d)), m)
+            for d16, d, m in ((0x7C00, 0xFF0000, r), (0x3E0, 0xFF00, g), (0x1F, 0xFF, b))
         ]
+        da = tf.where(tf.logical_and(tf.equal(bits, 32), use_file), _c(0xFF000000), _c(0))
+        self.masks.append(tf.where(default, da, a))
         mask_extra = tf.where(
             tf.equal(hs, 40),
-            tf.where(is_bf, 12, tf.where(is_abf, 16, 0)),
-            tf.where(tf.logical_and(tf.equal(hs, 52), is_abf), 4, 0),
+            tf.where(is_bf, _c(12), tf.where(is_abf, _c(16), _c(0))),
+            tf.where(tf.logical_and(tf.equal(hs, 52), is_abf), _c(4), _c(0)),
         )
-        self.header_end = 14 + hs + tf.cast(mask_extra, tf.int64)
+        self.header_end = 14 + hs + mask_extra
 
         # Palette: right after the header (Pillow reads it there), 3-byte entries
         # for OS/2 1.x, 4-byte otherwise; biClrUsed == 0 means 2**bits entries.
         self.paletted = bits <= 8
         self.entry = tf.where(core, _c(3), _c(4))
-        colors = tf.where(core, tf.constant(0, tf.int64), u32(46))
-        full = tf.bitwise.left_shift(tf.constant(1, tf.int64), tf.minimum(bits, 8))
+        colors = tf.where(core, _c(0), colors)
+        full = tf.bitwise.left_shift(_c(1), tf.clip_by_value(bits, 0, 8))
         self.colors = tf.where(tf.equal(colors, 0), full, colors)
         self.palette_used = tf.minimum(self.colors, full)  # entries an index can reach
         pal_bytes = tf.where(self.paletted, self.entry * self.colors, 0)
@@ -121,7 +125,6 @@ class _Header:
         # Pixel data offset (bfOffBits). Like Pillow: 0 means "right after the
         # header and palette", and an offset that points at the palette is moved
         # past it.
-        off = u32(10)
         off = tf.where(tf.equal(off, 0), self.header_end + pal_bytes, off)
         off = tf.where(
             tf.logical_and(tf.equal(off, 14 + hs), self.paletted), off + pal_bytes, off
@@ -134,10 +137,10 @@ class _Header:
     def dims_checks(self):
         known = tf.reduce_any(tf.equal(self.hs, tf.constant(_HEADER_SIZES, tf.int64)))
         return [
-            _check(self.magic_ok, "not a BMP file (no 'BM' signature)"),
-            _check(known, "unsupported or corrupt info header size"),
-            _check(self.n >= 14 + tf.minimum(self.hs, 124), "file truncated in the header"),
-            _check(
+            (self.magic_ok, "not a BMP file (no 'BM' signature)"),
+            (known, "unsupported or corrupt info header size"),
+            (self.n >= 14 + tf.minimum(self.hs, 124), "file truncated in the header"),
+            (
                 tf.logical_and(self.width > 0, self.height > 0),
                 "bad header: width and height must be positive",
             ),
@@ -145,56 +148,47 @@ class _Header:
 
     def decode_checks(self):
         bits, comp, hs = self.bits, self.comp, self.hs
-        os2v2 = tf.equal(hs, 64)
         bits_ok = tf.reduce_any(tf.equal(bits, tf.constant([1, 2, 4, 8, 16, 24, 32], tf.int64)))
-        direct = tf.logical_and(bits >= 16, tf.logical_not(os2v2))
-        comp_ok = tf.logical_or(
-            tf.equal(comp, _BI_RGB),
-            tf.logical_or(
-                tf.logical_or(
+        direct = tf.logical_and(bits >= 16, tf.not_equal(hs, 64))  # 64: OS/2 2.x
+        comp_ok = tf.reduce_any(
+            tf.stack(
+                [
+                    tf.equal(comp, _BI_RGB),
                     tf.logical_and(tf.equal(comp, _BI_RLE8), tf.equal(bits, 8)),
                     tf.logical_and(tf.equal(comp, _BI_RLE4), tf.equal(bits, 4)),
-                ),
-                tf.logical_and(
-                    tf.logical_or(tf.equal(comp, _BI_BITFIELDS), tf.equal(comp, _BI_ALPHABITFIELDS)),
-                    direct,
-                ),
-            ),
-        )
-        masks_ok = tf.constant(True)
-        for m in self.masks:
-            low = tf.bitwise.bitwise_and(m, -m)
-            top = tf.bitwise.right_shift(m, tf.bitwise.bitwise_and(_ctz(m), 63))
-            contiguous = tf.equal(tf.bitwise.bitwise_and(top, top + 1), 0)
-            fits = tf.equal(tf.bitwise.right_shift(m, bits), 0)
-            masks_ok = tf.logical_and(
-                masks_ok, tf.logical_or(tf.equal(low, 0), tf.logical_and(contiguous, fits))
+                    tf.logical_and(tf.equal(comp, _BI_BITFIELDS), direct),
+                    tf.logical_and(tf.equal(comp, _BI_ALPHABITFIELDS), direct),
+                ]
             )
-        masks_ok = tf.logical_or(bits <= 8, masks_ok)
+        )
+        m = tf.stack(self.masks)
+        top = tf.bitwise.right_shift(m, tf.minimum(_ctz(m), 63))
+        contiguous = tf.equal(tf.bitwise.bitwise_and(top, top + 1), 0)
+        fits = tf.equal(tf.bitwise.right_shift(m, tf.clip_by_value(bits, 0, 63)), 0)
+        masks_ok = tf.logical_or(
+            bits <= 8, tf.reduce_all(tf.logical_or(tf.equal(m, 0), tf.logical_and(contiguous, fits)))
+        )
         n, off = self.n, self.offset
         pal_end = self.header_end + self.entry * self.palette_used
         data_need = off + self.stride * (self.height - 1) + self.row_bytes
-        pixels = self.width * self.height
-        return [
-            _check(self.n >= self.header_end, "file truncated in the header"),
-            _check(bits_ok, "unsupported bits per pixel"),
-            _check(
+        return self.dims_checks() + [
+            (self.n >= self.header_end, "file truncated in the header"),
+            (bits_ok, "unsupported bits per pixel"),
+            (
                 comp_ok,
                 "unsupported compression (JPEG/PNG-in-BMP, OS/2 Huffman/RLE24, or a "
                 "compression that does not fit the bit depth)",
             ),
-            _check(masks_ok, "unsupported BITFIELDS colour masks (not contiguous or wider than a pixel)"),
-            _check(
+            (masks_ok, "unsupported BITFIELDS colour masks (not contiguous or wider than a pixel)"),
+            (
                 tf.logical_or(
                     tf.logical_not(self.paletted), tf.logical_and(self.colors <= 65536, pal_end <= n)
                 ),
                 "bad or truncated colour palette",
             ),
-            _check(off <= n, "pixel data offset past the end of the file"),
-            _check(
-                tf.logical_or(self.rle, data_need <= n), "pixel data truncated"
-            ),
-            _check(pixels * 4 < 2 ** 31, "image too large"),
+            (off <= n, "pixel data offset past the end of the file"),
+            (tf.logical_or(self.rle, data_need <= n), "pixel data truncated"),
+            (self.width * self.height * 4 < 2 ** 31, "image too large"),
         ]
 
     def path(self):
@@ -203,26 +197,20 @@ class _Header:
             tf.logical_and(tf.equal(r, 0xFF0000), tf.equal(g, 0xFF00)), tf.equal(b, 0xFF)
         )
         bits = self.bits
-        return tf.where(
+        conditions = [
             self.rle,
-            _PATH_RLE,
-            tf.where(
-                self.paletted,
-                _PATH_PALETTE,
-                tf.where(
-                    tf.logical_and(tf.logical_and(tf.equal(bits, 24), bgr), tf.equal(a, 0)),
-                    _PATH_BGR24,
-                    tf.where(
-                        tf.logical_and(
-                            tf.logical_and(tf.equal(bits, 32), bgr),
-                            tf.logical_or(tf.equal(a, 0), tf.equal(a, 0xFF000000)),
-                        ),
-                        _PATH_BGRA32,
-                        _PATH_MASKS,
-                    ),
-                ),
+            tf.equal(bits, 8),
+            self.paletted,
+            tf.logical_and(tf.logical_and(tf.equal(bits, 24), bgr), tf.equal(a, 0)),
+            tf.logical_and(
+                tf.logical_and(tf.equal(bits, 32), bgr),
+                tf.logical_or(tf.equal(a, 0), tf.equal(a, 0xFF000000)),
             ),
-        )
+            tf.constant(True),
+        ]
+        paths = [_PATH_RLE, _PATH_PALETTE8, _PATH_PALETTE_LOW, _PATH_BGR24, _PATH_BGRA32, _PATH_MASKS]
+        first = tf.argmax(tf.cast(tf.stack(conditions), tf.int32), output_type=tf.int32)
+        return tf.gather(tf.constant(paths, tf.int32), first)
 
 
 def _ctz(m):
@@ -231,16 +219,12 @@ def _ctz(m):
     return tf.cast(tf.raw_ops.PopulationCount(x=low - 1), tf.int64)
 
 
-def _popcount(m):
-    return tf.cast(tf.raw_ops.PopulationCount(x=m), tf.int64)
-
-
 def bmp_header(contents, name=None):
     """Reads a BMP file's size from its header, without decoding any pixels.
 
     Args:
       contents: scalar ``tf.string``, the whole BMP file (or at least its first
-        54 bytes).
+        26 bytes for OS/2 1.x, 54 otherwise).
       name: optional name scope.
 
     Returns:
@@ -256,7 +240,7 @@ def bmp_header(contents, name=None):
     """
     with tf.name_scope(name or "bmp_header"):
         h = _Header(contents)
-        with tf.control_dependencies(h.dims_checks()):
+        with tf.control_dependencies([_assert_all(h.dims_checks())]):
             return tf.identity(h.height), tf.identity(h.width)
 
 
@@ -292,28 +276,37 @@ def decode_bmp(contents, channels=3, name=None):
 
     Raises:
       ValueError: ``channels`` not in (1, 3, 4).
-      tf.errors.InvalidArgumentError (when run): not a BMP, an unknown header
-      size, a bad size, a bit depth other than 1/2/4/8/16/24/32, an unsupported
-      compression (JPEG or PNG inside BMP, OS/2 Huffman or RLE24, RLE whose bit
-      depth does not match), non-contiguous colour masks, a truncated palette,
-      truncated pixel data, or an RLE stream that is truncated or writes/moves
-      past the end of the image. It never returns pixels for such files.
+      tf.errors.InvalidArgumentError (when run), message starting "BMP:": not a
+      BMP, an unknown header size, a bad size, a bit depth other than
+      1/2/4/8/16/24/32, an unsupported compression (JPEG or PNG inside BMP, OS/2
+      Huffman or RLE24, RLE whose bit depth does not match), non-contiguous colour
+      masks, a truncated palette, truncated pixel data, or an RLE stream that is
+      truncated or writes/moves past the end of the image. It never returns
+      pixels for such files.
     """
     if channels not in (1, 3, 4):
         raise ValueError(f"channels must be 1, 3 or 4, got {channels!r}")
     with tf.name_scope(name or "decode_bmp"):
         h = _Header(contents)
-        with tf.control_dependencies(h.dims_checks()):
-            with tf.control_dependencies(h.decode_checks()):
-                path = tf.cast(tf.identity(h.path()), tf.int32)
-        branches = [
-            lambda: _palette_image(h, _palette_indices(h), channels),
+        with tf.control_dependencies([_assert_all(h.decode_checks())]):
+            path = tf.identity(h.path())
+        # Dispatch. In a tf.data map, a Case that is lowered to switch/merge still
+        # visits every op of the branches not taken, and one that is not lowered
+        # costs a function call per image. So the common paths (24/32-bit,
+        # 8-bit palette: few ops) share a lowered Case, and the rare ones (1/2/4-bit,
+        # bitfields, RLE: most of the ops) sit behind one unlowered Case.
+        rare = [
+            lambda: _palette_image(h, _palette_low_indices(h), channels),
+            lambda: _masks(h, channels),
             lambda: _palette_image(h, _rle_indices(h), channels),
+        ]
+        common = [
             lambda: _bgr24(h, channels),
             lambda: _bgra32(h, channels),
-            lambda: _masks(h, channels),
+            lambda: _palette_image(h, _rows(h), channels),
+            lambda: _unlowered_case(path - _PATH_PALETTE_LOW, rare),
         ]
-        image = tf.switch_case(path, branches)
+        image = tf.switch_case(tf.minimum(path, _PATH_PALETTE_LOW), common)
         image.set_shape([None, None, channels])
         return image
 
@@ -325,21 +318,36 @@ def _i32(x):
     return tf.cast(x, tf.int32)
 
 
+def _unlowered_case(index, branches):
+    """A Case op that runs only the chosen branch's function (not lowered to
+    switch/merge, where the executor visits every op of every branch)."""
+    try:
+        from tensorflow.python.ops import cond_v2  # pylint: disable=import-outside-toplevel
+
+        return cond_v2.indexed_case(index, branches, lower_using_switch_merge=False)
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - other TF versions
+        return tf.switch_case(index, branches)
+
+
 def _rows(h):
     """The pixel rows as uint8 ``[height, row_bytes]``, top-down, padding cropped."""
     height, stride, row_bytes = _i32(h.height), _i32(h.stride), _i32(h.row_bytes)
+    off = _i32(h.offset)
+    # fixed_length zero-pads a missing last-row padding (Pillow accepts that too);
+    # the checks have made sure every pixel byte is there.
     size = stride * height
-    raw = tf.io.decode_raw(tf.strings.substr(h.contents, _i32(h.offset), size), tf.uint8)
-    # The last row's padding may be missing (Pillow accepts that too).
-    raw = tf.cond(
-        tf.equal(tf.size(raw), size),
-        lambda: raw,
-        lambda: tf.pad(raw, [[0, size - tf.size(raw)]]),
-    )
-    mat = tf.reshape(raw, [height, stride])
-    return tf.cond(
-        h.top_down, lambda: mat[:, :row_bytes], lambda: mat[::-1, :row_bytes]
-    )
+    raw = tf.io.decode_raw(h.contents, tf.uint8, fixed_length=tf.maximum(off + size, 1))
+    mat = tf.reshape(raw[off : off + size], [height, stride])
+    # Bottom-up rows are flipped by a row gather: much faster than tf.reverse or a
+    # negative-stride slice, which go byte by byte.
+    return tf.gather(mat, _display_rows(h))[:, :row_bytes]
+
+
+def _display_rows(h):
+    """Stored row index of each displayed row, top to bottom."""
+    height = _i32(h.height)
+    rows = tf.range(height)
+    return tf.where(h.top_down, rows, height - 1 - rows)
 
 
 def _finish(rgb, alpha, channels):
@@ -355,22 +363,18 @@ def _finish(rgb, alpha, channels):
 
 def _file_alpha(alpha, use):
     """The file's alpha where ``use`` and some alpha is non-zero, else 255."""
-    return tf.cond(
-        tf.logical_and(use, tf.reduce_any(tf.not_equal(alpha, 0))),
-        lambda: alpha,
-        lambda: tf.fill(tf.shape(alpha), tf.constant(255, tf.uint8)),
-    )
+    opaque = tf.logical_not(tf.logical_and(use, tf.reduce_any(tf.not_equal(alpha, 0))))
+    return tf.bitwise.bitwise_or(alpha, tf.cast(opaque, tf.uint8) * 255)
 
 
 def _bgr24(h, channels):
-    width = _i32(h.width)
-    px = tf.reshape(_rows(h), [_i32(h.height), width, 3])
-    return _finish(px[..., ::-1], None, channels)
+    px = tf.reshape(_rows(h), [_i32(h.height), _i32(h.width), 3])
+    return _finish(tf.reverse(px, [2]), None, channels)
 
 
 def _bgra32(h, channels):
     px = tf.reshape(_rows(h), [_i32(h.height), _i32(h.width), 4])
-    rgb = px[..., 2::-1]
+    rgb = tf.reverse(px[..., :3], [2])
     if channels != 4:
         return _finish(rgb, None, channels)
     return _finish(rgb, _file_alpha(px[..., 3], tf.not_equal(h.masks[3], 0)), channels)
@@ -384,7 +388,7 @@ def _masks(h, channels):
     value = tf.reduce_sum(tf.cast(px, tf.int64) * weights, axis=-1)
 
     def channel(mask):
-        shift = tf.where(tf.equal(mask, 0), tf.constant(0, tf.int64), _ctz(mask))
+        shift = tf.where(tf.equal(mask, 0), _c(0), _ctz(mask))
         top = tf.maximum(tf.bitwise.right_shift(mask, shift), 1)  # 2**n - 1
         c = tf.bitwise.right_shift(tf.bitwise.bitwise_and(value, mask), shift)
         return tf.cast(c * 255 // top, tf.uint8)
@@ -400,21 +404,19 @@ def _palette_table(h, channels):
     """The colour table, ``[256, channels]`` uint8."""
     used = _i32(h.palette_used)
     entry = _i32(h.entry)
-    raw = tf.io.decode_raw(
-        tf.strings.substr(h.contents, _i32(h.header_end), used * entry), tf.uint8
-    )
-    rgb = tf.reshape(raw, [used, entry])[:, 2::-1]  # BGR(X) -> RGB
+    start = _i32(h.header_end)
+    raw = tf.io.decode_raw(h.contents, tf.uint8, fixed_length=start + used * entry)
+    rgb = tf.reverse(tf.reshape(raw[start:], [used, entry])[:, :3], [1])  # BGR(X) -> RGB
     ramp = tf.range(256, dtype=tf.int32)
-    rgb_i = tf.cast(rgb, tf.int32)
     # Pillow ignores a palette that is the gray ramp 0, 1, ..., colors-1 and
     # decodes the indices as gray levels; only visible for indices past the end.
     gray = tf.logical_and(
         tf.not_equal(used, 2),
-        tf.reduce_all(tf.equal(rgb_i, ramp[:used, None])),
+        tf.reduce_all(tf.equal(tf.cast(rgb, tf.int32), ramp[:used, None])),
     )
     gathered = tf.gather(rgb, tf.minimum(ramp, used - 1))
-    past = tf.where(gray, tf.cast(ramp, tf.uint8), tf.constant(0, tf.uint8))
-    table = tf.where((ramp < used)[:, None], gathered, tf.tile(past[:, None], [1, 3]))
+    past = tf.cast(ramp, tf.uint8) * tf.cast(gray, tf.uint8)
+    table = tf.where((ramp < used)[:, None], gathered, past[:, None])
     if channels == 3:
         return table
     if channels == 1:
@@ -423,126 +425,69 @@ def _palette_table(h, channels):
 
 
 def _palette_image(h, indices, channels):
-    return tf.gather(_palette_table(h, channels), indices)
+    return tf.gather(_palette_table(h, channels), tf.cast(indices, tf.int32))
 
 
-def _palette_indices(h):
-    """Uncompressed 1/2/4/8-bit indices, int32 ``[height, width]``."""
+def _palette_low_indices(h):
+    """Uncompressed 1/2/4-bit indices, uint8 ``[height, width]`` (MSB first)."""
     rows = _rows(h)
     bits = _i32(h.bits)
-    width = _i32(h.width)
-
-    def unpack():
-        per_byte = 8 // bits
-        shifts = tf.cast(8 - bits - bits * tf.range(per_byte), tf.uint8)
-        mask = tf.cast(tf.bitwise.left_shift(1, bits) - 1, tf.uint8)
-        px = tf.bitwise.bitwise_and(tf.bitwise.right_shift(rows[..., None], shifts), mask)
-        return tf.reshape(px, [tf.shape(rows)[0], -1])[:, :width]
-
-    idx = tf.cond(tf.equal(bits, 8), lambda: rows, unpack)
-    return tf.cast(idx, tf.int32)
+    per_byte = 8 // bits
+    shifts = tf.cast(8 - bits - bits * tf.range(per_byte), tf.uint8)
+    mask = tf.cast(tf.bitwise.left_shift(1, bits) - 1, tf.uint8)
+    px = tf.bitwise.bitwise_and(tf.bitwise.right_shift(rows[..., None], shifts), mask)
+    return tf.reshape(px, [tf.shape(rows)[0], -1])[:, : _i32(h.width)]
 
 
 def _rle_indices(h):
     """RLE8/RLE4 indices, int32 ``[height, width]``.
 
     Semantics follow Pillow's BmpRleDecoder: an encoded run stops at the end of
-    its row; an absolute run may continue into the next row; end of line and
-    delta skip pixels (index 0). Absolute runs are padded to a 16-bit boundary
-    counted from the start of the pixel data (the Microsoft rule; Pillow counts
-    from the start of the file, the same whenever bfOffBits is even).
-    Stricter than Pillow: data that ends before the image is full without an
-    end-of-bitmap code, and a delta or absolute run that goes past the end of the
-    image, raise instead of being cut short. An end-of-bitmap code before the
-    image is full leaves the rest at index 0 (Pillow raises "not enough image
-    data" there).
+    its row (the row as counted from the last end of line or delta); an absolute
+    run may continue into the next row; end of line and delta skip pixels (index
+    0); codes after the image is full are not read. Absolute runs are padded to
+    a 16-bit boundary counted from the start of the pixel data (the Microsoft
+    rule; Pillow counts from the start of the file, the same whenever bfOffBits
+    is even). Stricter than Pillow: data that ends before the image is full
+    without an end-of-bitmap code, and a delta or absolute run that goes past the
+    end of the image, raise instead of being cut short. An end-of-bitmap code
+    before the image is full leaves the rest at index 0 (Pillow raises "not
+    enough image data" there).
     """
     width, height = _i32(h.width), _i32(h.height)
     total = width * height
     rle4 = tf.equal(h.comp, _BI_RLE4)
     off = _i32(h.offset)
-    data = tf.io.decode_raw(
-        tf.strings.substr(h.contents, off, _i32(h.n) - off), tf.uint8
-    )
+    n = _i32(h.n)
+    data = tf.io.decode_raw(h.contents, tf.uint8, fixed_length=tf.maximum(n, 1))[off:n]
     data = tf.cast(data, tf.int32)
     length = tf.size(data)
-    padded = tf.concat([data, tf.zeros([4], tf.int32)], 0)
-    zero = tf.constant(0, tf.int32)
+    padded = tf.concat([data, tf.zeros([4], tf.int32)], 0)  # reads past the end see 0
 
-    # state: i (byte), pos (pixel), x (column as Pillow counts it), status
-    # (0 running, 1 end of bitmap, 2 truncated, 3 past the image), runs.
-    def cond(i, pos, x, status, runs):
-        return tf.logical_and(
-            tf.logical_and(i + 2 <= length, pos < total), tf.equal(status, 0)
-        )
-
-    def body(i, pos, x, status, runs):
-        code = padded[i : i + 4]
-        c, b, dx, dy = code[0], code[1], code[2], code[3]
-        enc = c > 0
-        esc = tf.logical_not(enc)
-        eol = tf.logical_and(esc, tf.equal(b, 0))
-        eob = tf.logical_and(esc, tf.equal(b, 1))
-        delta = tf.logical_and(esc, tf.equal(b, 2))
-        absolute = tf.logical_and(esc, b >= 3)
-
-        n_enc = tf.minimum(c, tf.maximum(0, width - x))
-        abs_bytes = tf.where(rle4, (b + 1) // 2, b)
-        step = 2 + tf.where(delta, 2, 0) + tf.where(
-            absolute, abs_bytes + abs_bytes % 2, 0
-        )
-        advance = dx + dy * width
-        new_pos = tf.where(
-            enc,
-            pos + n_enc,
-            tf.where(
-                eol,
-                (pos + width - 1) // width * width,
-                tf.where(delta, pos + advance, tf.where(absolute, pos + b, pos)),
-            ),
-        )
-        new_x = tf.where(
-            enc,
-            x + n_enc,
-            tf.where(
-                eol,
-                zero,
-                tf.where(delta, new_pos % width, tf.where(absolute, x + b, x)),
-            ),
-        )
-        truncated = tf.logical_or(
-            tf.logical_and(delta, i + 4 > length),
-            tf.logical_and(absolute, i + 2 + abs_bytes > length),
-        )
-        past = tf.logical_and(tf.logical_or(delta, absolute), new_pos > total)
-        new_status = tf.where(
-            truncated, 2, tf.where(past, 3, tf.where(eob, 1, zero))
-        )
-        run = tf.stack(
-            [
-                pos,
-                tf.where(enc, n_enc, tf.where(absolute, b, zero)),
-                tf.cast(absolute, tf.int32),
-                tf.where(absolute, i + 2, b),
-            ]
-        )
-        runs = runs.write(runs.size(), run)
-        return i + step, new_pos, new_x, new_status, runs
-
-    runs = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[4])
-    _, pos, _, status, runs = tf.while_loop(
-        cond, body, [zero, zero, zero, zero, runs], parallel_iterations=1
+    fast_runs, fast_status, fast_pos, fast_ok = _rle_runs_vectorised(
+        padded, length, width, total, rle4
     )
-    checks = [
-        _check(tf.not_equal(status, 2), "RLE data truncated"),
-        _check(tf.not_equal(status, 3), "RLE data runs past the end of the image"),
-        _check(
-            tf.logical_or(tf.equal(status, 1), pos >= total),
-            "RLE data truncated (ends before the image is full, with no end-of-bitmap)",
-        ),
-    ]
-    # A zero-length sentinel run at 0 so every pixel has a run at or before it.
-    runs = tf.concat([tf.zeros([1, 4], tf.int32), runs.stack()], 0)
+    # The loop runs (on the whole stream) only when the vectorised pass cannot be
+    # used; otherwise it sees no data and stops at once.
+    loop_runs, loop_status, loop_pos = _rle_runs_loop(
+        padded, tf.where(fast_ok, 0, length), width, total, rle4
+    )
+    runs = tf.concat([fast_runs[: tf.where(fast_ok, tf.shape(fast_runs)[0], 0)], loop_runs], 0)
+    status = tf.where(fast_ok, fast_status, loop_status)
+    pos = tf.where(fast_ok, fast_pos, loop_pos)
+    check = _assert_all(
+        [
+            (tf.not_equal(status, 2), "RLE data truncated"),
+            (tf.not_equal(status, 3), "RLE data runs past the end of the image"),
+            (
+                tf.logical_or(tf.equal(status, 1), pos >= total),
+                "RLE data truncated (ends before the image is full, with no end-of-bitmap)",
+            ),
+        ]
+    )
+    # Expand the runs (start, length, kind, value) to pixels. A zero-length
+    # sentinel run at 0 makes sure every pixel has a run at or before it.
+    runs = tf.concat([tf.zeros([1, 4], tf.int32), runs], 0)
     start, count, kind, value = tf.unstack(runs, axis=1)
     p = tf.range(total)
     k = tf.searchsorted(start[None], p[None], side="right")[0] - 1
@@ -556,6 +501,163 @@ def _rle_indices(h):
         tf.equal(j % 2, 0), tf.bitwise.right_shift(byte, 4), tf.bitwise.bitwise_and(byte, 15)
     )
     idx = tf.where(inside, tf.where(rle4, nibble, byte), 0)
-    with tf.control_dependencies(checks):
+    with tf.control_dependencies([check]):
         idx = tf.reshape(idx, [height, width])
-    return tf.cond(h.top_down, lambda: idx, lambda: idx[::-1])
+    return tf.gather(idx, _display_rows(h))
+
+
+def _rle_codes(dp, at, rle4):
+    """The fields of RLE codes starting at byte offsets ``at``."""
+    c, b = tf.gather(dp, at), tf.gather(dp, at + 1)
+    dx, dy = tf.gather(dp, at + 2), tf.gather(dp, at + 3)
+    enc = c > 0
+    esc = tf.logical_not(enc)
+    eol = tf.logical_and(esc, tf.equal(b, 0))
+    eob = tf.logical_and(esc, tf.equal(b, 1))
+    delta = tf.logical_and(esc, tf.equal(b, 2))
+    absolute = tf.logical_and(esc, b >= 3)
+    abs_bytes = tf.where(absolute, tf.where(rle4, (b + 1) // 2, b), 0)
+    need = 2 + tf.where(delta, 2, 0) + abs_bytes  # bytes the code needs
+    size = need + abs_bytes % 2  # bytes it takes, word padding included
+    return c, b, dx, dy, enc, eol, eob, delta, absolute, need, size
+
+
+def _rle_runs_vectorised(dp, length, width, total, rle4):
+    """Runs of an RLE stream without a per-code loop.
+
+    Returns (runs [k, 4] int32: start pixel, length, kind 0 encoded / 1 absolute,
+    value or source byte; status: 0 data ended, 1 end of bitmap, 2 truncated,
+    3 past the image; position after the last code read; ok). ``ok`` is False
+    when an encoded run would overflow its row: the caller then uses the loop.
+    """
+    n = length // 2  # codes start at even offsets; a stray odd last byte is none
+    node = tf.range(n)
+    _, _, _, _, _, _, eob, _, _, _, size = _rle_codes(dp, 2 * node, rle4)
+    nxt = tf.where(eob, n, tf.minimum(node + size // 2, n))
+
+    # Codes reachable from code 0: pointer doubling. After the round with jump
+    # 2**k, ``reached`` holds every node reachable in fewer than 2**(k+1) steps.
+    def double(span, jump, reached):
+        reached = tf.maximum(reached, tf.math.unsorted_segment_max(reached, jump, n + 1))
+        return span * 2, tf.gather(jump, jump), reached
+
+    _, _, reached = tf.while_loop(
+        lambda span, jump, reached: span <= tf.cast(n, tf.int64),
+        double,
+        [_c(1), tf.concat([nxt, [n]], 0), tf.one_hot(0, n + 1, dtype=tf.int32)],
+    )
+    at = 2 * tf.cast(tf.where(reached[:n] > 0)[:, 0], tf.int32)
+    c, b, dx, dy, enc, eol, eob, delta, absolute, need, _ = _rle_codes(dp, at, rle4)
+    truncated = at + need > length
+
+    # Pixel position after each code: a prefix scan of the maps
+    #   p -> p + a                      (runs, delta, end of bitmap)
+    #   p -> ceil((p + a) / W) * W + s  (end of line, and compositions with it)
+    # which compose associatively (Hillis-Steele, log2(codes) rounds).
+    w64 = tf.cast(width, tf.int64)
+
+    def ceil_row(v):
+        return (v + w64 - 1) // w64 * w64
+
+    r = eol
+    a = tf.cast(tf.where(enc, c, tf.where(absolute, b, tf.where(delta, dx + dy * width, 0))), tf.int64)
+    s = tf.zeros_like(a)
+    count = tf.size(at)
+
+    def scan(step, r, a, s):
+        pad = tf.minimum(step, count)
+        rf = tf.concat([tf.zeros([pad], tf.bool), r[: count - pad]], 0)
+        af = tf.concat([tf.zeros([pad], tf.int64), a[: count - pad]], 0)
+        sf = tf.concat([tf.zeros([pad], tf.int64), s[: count - pad]], 0)
+        new_s = tf.where(
+            tf.logical_and(rf, r),
+            ceil_row(sf + a) + s,
+            tf.where(rf, sf + a, tf.where(r, s, tf.zeros_like(s))),
+        )
+        return step * 2, tf.logical_or(rf, r), tf.where(rf, af, af + a), new_s
+
+    _, r, a, s = tf.while_loop(lambda step, *_: step < count, scan, [1, r, a, s])
+    after = tf.where(r, ceil_row(a) + s, a)
+    before = tf.concat([[_c(0)], after], 0)[:count]
+
+    # Column before each code, as Pillow counts it: reset by end of line / delta.
+    reset = tf.logical_or(eol, delta)
+    segment = tf.cumsum(tf.cast(reset, tf.int32), exclusive=True)
+    reset_at = tf.gather(tf.concat([[_c(0)], tf.boolean_mask(after, reset)], 0), segment)
+    x = before - reset_at + reset_at % w64
+
+    index = tf.range(count)
+    cut = tf.minimum(
+        tf.reduce_min(tf.where(after >= tf.cast(total, tf.int64), index + 1, count)), count
+    )  # codes read: up to the one that fills the image
+    read = index < cut
+    overflow = tf.logical_and(read, tf.logical_and(enc, x + tf.cast(c, tf.int64) > w64))
+    bad_trunc = tf.reduce_any(tf.logical_and(read, truncated))
+    bad_past = tf.reduce_any(
+        tf.logical_and(
+            read,
+            tf.logical_and(tf.logical_or(delta, absolute), after > tf.cast(total, tf.int64)),
+        )
+    )
+    ended_eob = tf.gather(tf.concat([[False], eob], 0), cut)
+    status = tf.where(bad_trunc, 2, tf.where(bad_past, 3, tf.where(ended_eob, 1, 0)))
+    pos = tf.gather(tf.concat([[_c(0)], after], 0), cut)
+    pos = _i32(tf.minimum(pos, tf.cast(total, tf.int64)))
+    runs = tf.stack(
+        [
+            _i32(tf.minimum(before, tf.cast(total, tf.int64))),
+            tf.where(enc, c, tf.where(absolute, b, 0)),
+            tf.cast(absolute, tf.int32),
+            tf.where(absolute, at + 2, b),
+        ],
+        axis=1,
+    )[:cut]
+    return runs, status, pos, tf.logical_not(tf.reduce_any(overflow))
+
+
+def _rle_runs_loop(dp, length, width, total, rle4):
+    """Same result as ``_rle_runs_vectorised``, one loop iteration per code, for
+    streams whose encoded runs overflow their row (Pillow clips those)."""
+    zero = tf.constant(0, tf.int32)
+
+    # state: i (byte), pos (pixel), x (column as Pillow counts it), status, runs.
+    def cond(i, pos, x, status, runs):
+        return tf.logical_and(
+            tf.logical_and(i + 2 <= length, pos < total), tf.equal(status, 0)
+        )
+
+    def body(i, pos, x, status, runs):
+        c, b, dx, dy, enc, eol, eob, delta, absolute, need, size = _rle_codes(dp, i, rle4)
+        n_enc = tf.minimum(c, tf.maximum(0, width - x))
+        new_pos = tf.where(
+            enc,
+            pos + n_enc,
+            tf.where(
+                eol,
+                (pos + width - 1) // width * width,
+                tf.where(delta, pos + dx + dy * width, tf.where(absolute, pos + b, pos)),
+            ),
+        )
+        new_x = tf.where(
+            enc,
+            x + n_enc,
+            tf.where(eol, zero, tf.where(delta, new_pos % width, tf.where(absolute, x + b, x))),
+        )
+        truncated = i + need > length
+        past = tf.logical_and(tf.logical_or(delta, absolute), new_pos > total)
+        new_status = tf.where(truncated, 2, tf.where(past, 3, tf.where(eob, 1, zero)))
+        run = tf.stack(
+            [
+                tf.minimum(pos, total),
+                tf.where(enc, n_enc, tf.where(absolute, b, zero)),
+                tf.cast(absolute, tf.int32),
+                tf.where(absolute, i + 2, b),
+            ]
+        )
+        return i + size, new_pos, new_x, new_status, runs.write(runs.size(), run)
+
+    runs = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[4])
+    _, pos, _, status, runs = tf.while_loop(
+        cond, body, [zero, zero, zero, zero, runs], parallel_iterations=1
+    )
+    return runs.stack(), status, tf.minimum(pos, total)
