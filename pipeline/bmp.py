@@ -3,30 +3,38 @@
 Which paths are vectorised and which loop:
 
 * 24-bit BGR and 32-bit BGRX/BGRA (BI_RGB, or BI_BITFIELDS with the byte-aligned
-  masks): vectorised. One ``decode_raw`` (zero-padded to the full size), one crop
-  of the row padding, one ``tf.reverse`` for bottom-up rows, one for BGR -> RGB.
+  masks): vectorised. One ``decode_raw`` (zero-padded to the full size), a row
+  ``gather`` that flips bottom-up rows, a crop of the row padding, one
+  ``tf.reverse`` for BGR -> RGB. No per-pixel work.
 * 1/2/4/8-bit palette images: vectorised. Sub-byte indices are unpacked with bit
   shifts, then one ``tf.gather`` on a 256-entry colour table (the table is made
   gray/RGBA first, so ``channels`` costs nothing per pixel).
 * 16/24/32-bit BI_BITFIELDS / BI_ALPHABITFIELDS with any contiguous masks:
   vectorised int64 bit ops (and, shift, scale).
 * RLE8 / RLE4: vectorised for ordinary streams. Every RLE code starts on an even
-  byte, so the chain of codes is found by pointer doubling over all even offsets,
-  the pixel position after each code by a parallel prefix scan (adds and
-  "round up to the next row" compose associatively), and the pixels by
-  ``searchsorted`` + ``gather``. Streams whose encoded runs overflow a row
-  (which Pillow clips, so positions stop being a plain prefix sum) fall back to a
-  ``tf.while_loop`` with one iteration per 2-byte code. That loop is slow (tens of
-  µs per code) and only runs for such malformed-but-decodable streams.
+  byte, so the chain of codes is found by pointer doubling over all even offsets
+  (a ``tf.while_loop`` of log2(codes) rounds), the pixel position after each code
+  by a parallel prefix scan (adds and "round up to the next row" compose
+  associatively; log2(codes) rounds), and the pixels by ``searchsorted`` +
+  ``gather``. Streams with an encoded run that overflows its row (Pillow clips
+  it, so positions stop being a prefix sum) fall back to a ``tf.while_loop``
+  with one iteration per 2-byte code: tens of µs per code, only for such
+  malformed-but-decodable streams.
 
-The header is parsed with a handful of vectorised ops, all checks go into one
-``Assert``, and the path is picked with ``tf.switch_case``: only the chosen branch
-runs. Format sources: the Microsoft BMP documentation (BITMAPFILEHEADER,
-BITMAPCOREHEADER, BITMAPINFOHEADER, BITMAPV4HEADER, BITMAPV5HEADER, "Bitmap
-Compression"), the bmpsuite test corpus by Jason Summers, and Pillow's
-``BmpImagePlugin``, which is the reference the tests compare with.
+The header is parsed with a few vectorised ops and all checks go into one
+``Assert``. Per-image cost is dominated by op overhead, not pixels, so the path
+is picked in two steps: a ``tf.switch_case`` lowered to switch/merge for the
+common paths (24/32-bit, 8-bit palette), and one unlowered Case (a function
+call, only the chosen branch runs) for the rare ones (1/2/4-bit, bitfields, RLE),
+which hold most of the graph's ops. Format sources: the Microsoft BMP
+documentation (BITMAPFILEHEADER, BITMAPCOREHEADER, BITMAPINFOHEADER,
+BITMAPV4HEADER, BITMAPV5HEADER, "Bitmap Compression"), the bmpsuite test corpus
+by Jason Summers, and Pillow's ``BmpImagePlugin``, which is the reference the
+tests compare with.
 
-This module is standalone: it imports only TensorFlow.
+This module is standalone: it imports only TensorFlow (plus TensorFlow's own
+``tensorflow.python.ops.cond_v2`` for the unlowered Case, falling back to
+``tf.switch_case`` if that is ever missing).
 """
 
 import tensorflow as tf
