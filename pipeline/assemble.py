@@ -214,16 +214,16 @@ class Stages:
         return image
 
 
-def _optional_decoders(paths, stored_formats):
+def _optional_decoders(hinted, remote: bool):
     """(tensorflow-io decoders to build in, why tensorflow-io is unusable or "").
 
-    Only formats that some file's extension (or the shards' sidecar) names,
-    and only where tensorflow-io's ops load: probing it imports it, which
-    costs seconds, so a folder of JPEGs never does. Remote files may be
-    anything.
+    Only formats that some file's extension (or the shards' sidecar) names
+    (``hinted``), and only where tensorflow-io's ops load: probing it imports
+    it, which costs seconds, so a folder of JPEGs never does. Remote files may
+    be anything.
     """
-    wanted = set(stored_formats) | formats.hinted_formats(paths)
-    if any(read.is_remote(p) for p in paths[:1]):
+    wanted = set(hinted)
+    if remote:
         wanted |= {"tiff"}
     if stack.core_webp():
         wanted.discard("webp")
@@ -248,10 +248,12 @@ def make_stages(source, opts):
     if any(read.is_remote(p) for p in paths[:1]):
         read.ensure_filesystem(paths[0])
     stored = source.formats if isinstance(source, Records) else ()
-    tfio_formats, unusable = _optional_decoders(paths, stored)
+    hinted = set(stored) | formats.hinted_formats(paths)
+    tfio_formats, unusable = _optional_decoders(hinted, remote=any(
+        read.is_remote(p) for p in paths[:1]))
     decoder = decode_lib.Decoder(
         opts.channels, opts.max_pixels, opts.exif_orientation, tfio_formats=tfio_formats,
-        tfio_unusable=unusable, fallback=not opts.service)
+        tfio_unusable=unusable, bmp_in_graph="bmp" in hinted, fallback=not opts.service)
     return decoder, Stages(opts, decoder)
 
 

@@ -302,7 +302,7 @@ def cmd_convert(argv: List[str]) -> int:
           if getattr(FLAGS, k)}
     if FLAGS.allow_outside_root:
         kw["allow_outside_root"] = True
-    meta = shards.convert(argv[1], argv[2], FLAGS.num_shards, progress=FLAGS.progress,
+    meta = shards.write_tfrecords(argv[1], argv[2], FLAGS.num_shards, progress=FLAGS.progress,
                           num_workers=FLAGS.num_workers, **kw)
     print(json.dumps({k: meta[k] for k in ("num_examples", "class_names", "shards")}))
     return 0

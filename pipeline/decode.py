@@ -21,9 +21,12 @@ shards), so a file gives the same pixels whatever the source.
 * The fast JPEG paths (crop-before-decode with ``decode_and_crop_jpeg``,
   reduced-scale DCT decoding) apply to files whose orientation is 1; a
   rotated file is decoded (at the same DCT scale), rotated, then cropped.
+* BMP: plain 24-bit files by ``tf.io.decode_bmp``; the other variants
+  (palettes, RLE4/RLE8, 16/32-bit, bit fields, OS/2, v4/v5 headers,
+  top-down) by ``pipeline.bmp``, a graph-op decoder checked against Pillow.
 * **Slow fallback (rare path, clearly marked):** files whose format has no
   graph decoder here (HEIC/HEIF with pillow-heif installed, animated WebP
-  without ``tf.io.decode_webp``, BMP variants TensorFlow's decoder gets wrong,
+  without ``tf.io.decode_webp``, BMP variants met under another extension,
   WebP/TIFF met under another extension) are decoded by Pillow inside a
   ``tf.py_function`` named ``pipeline_pillow_fallback``. It holds the GIL, so
   it is slow, and it cannot run on tf.data service workers: with
@@ -49,6 +52,7 @@ from typing import Callable, Optional, Set
 import numpy as np
 import tensorflow as tf
 
+from pipeline import bmp as bmp_lib
 from pipeline import formats
 from pipeline import stack
 
@@ -363,6 +367,8 @@ class Decoder:
             tensorflow-io's ops load; see ``pipeline.stack``).
         tfio_unusable: "" or why tensorflow-io cannot be used here (when it
             was probed): TIFF and AVIF files are then refused with it.
+        bmp_in_graph: bool, build ``pipeline.bmp``'s graph decoder for BMP
+            variants (it is large: built when some file is named .bmp/.dib).
         fallback: bool, build the Pillow fallback (False on tf.data service
             workers, where Python cannot run).
 
@@ -372,12 +378,13 @@ class Decoder:
 
     def __init__(self, channels: int = 3, max_pixels: int = 178_956_970,
                  exif_orientation: bool = True, tfio_formats=(), tfio_unusable: str = "",
-                 fallback: bool = True):
+                 bmp_in_graph: bool = False, fallback: bool = True):
         self.channels = channels
         self.max_pixels = max_pixels
         self.exif = bool(exif_orientation)
         self.tfio_formats = set(tfio_formats)
         self.tfio_unusable = tfio_unusable
+        self.bmp_in_graph = bmp_in_graph
         self.fallback = fallback
         self.core_webp = stack.core_webp()
         self.plugins = pillow_plugins() if fallback else set()
@@ -403,16 +410,22 @@ class Decoder:
         return tf.io.decode_png(contents, channels=self.channels)
 
     def _bmp(self, contents, head):
-        """TensorFlow's BMP decoder is right for uncompressed 24-bit files with a
-        Windows header; every other variant takes the fallback."""
+        """Plain BMPs (24-bit, uncompressed, 40-byte header, bottom-up rows) by
+        TensorFlow's decoder; every other variant (palettes, RLE, 16/32-bit,
+        bit fields, OS/2, v4/v5 headers, top-down) by ``pipeline.bmp``'s graph
+        decoder where the dataset has files named .bmp (or no Python), else by
+        the Pillow fallback (TensorFlow's decoder reads palette indices as gray)."""
         little = tf.constant(True)
         plain = (tf.equal(_u16(head, 28, little), 24) & tf.equal(_u32(head, 30, little), 0)
-                 & (_u32(head, 14, little) >= 40))
+                 & tf.equal(_u32(head, 14, little), 40) & (_u32(head, 22, little) < 2 ** 31))
         decode = lambda: from_rgb(tf.io.decode_bmp(contents, channels=3), self.channels)
-        if not self.fallback:
-            return decode(), tf.where(plain, "", _NO_FALLBACK % "this BMP variant (palette, "
-                                      "RLE, 16/32-bit or OS/2)")
-        return tf.cond(plain, decode, lambda: self._fallback(contents)), tf.constant("")
+        if self.bmp_in_graph or not self.fallback:
+            variant = lambda: bmp_lib.decode_bmp(contents, self.channels)
+        else:
+            variant = lambda: self._fallback(contents)
+        img = tf.cond(plain, decode, variant)
+        img.set_shape([None, None, self.channels])
+        return img, tf.constant("")
 
     def _optional_reasons(self):
         """Per format id: "" (decoded here) or why it is refused (a static table)."""
@@ -424,6 +437,15 @@ class Decoder:
                        f"({self.tfio_unusable}); {stack.TF216_HINT}")
             elif not self.fallback and name not in self.tfio_formats and fid in _F.OPTIONAL:
                 why = _NO_FALLBACK % f"this {_F.NAMES[fid]} file"
+            elif fid == _F.HEIF and "heif" not in self.plugins:
+                why = ("HEIC/HEIF image (ISO-BMFF 'ftyp' heic/mif1 brand): no decoder for it is "
+                       "installed; pip install pillow-heif to decode it (through the Pillow "
+                       "fallback), or convert it to JPEG")
+            elif fid == _F.AVIF and name not in self.tfio_formats and "avif" not in self.plugins:
+                why = ("AVIF image (ISO-BMFF 'ftyp' avif brand): no decoder for it is usable here"
+                       + (f" (tensorflow-io: {self.tfio_unusable})" if self.tfio_unusable else "")
+                       + "; files named .avif use tensorflow-io on the TensorFlow 2.16 stack, or "
+                       "pip install pillow-avif-plugin (Pillow fallback), or convert to JPEG")
             reasons.append(why)
         return tf.constant(reasons + [""])
 

@@ -52,7 +52,7 @@ IMAGE_EXTENSIONS = tuple(EXTENSIONS)
 # Formats whose decoders are not TensorFlow core ops (built into a graph only
 # when some file's extension names them, see ``hinted_formats``).
 OPTIONAL = (WEBP, TIFF, HEIF, AVIF)
-_OPTIONAL_EXTS = tuple(e for e, f in EXTENSIONS.items() if f in OPTIONAL)
+_HINT_EXTS = tuple(e for e, f in EXTENSIONS.items() if f in OPTIONAL + (BMP,))
 
 
 def sniff_bytes(head: bytes) -> Optional[str]:
@@ -75,15 +75,16 @@ def from_extension(path: str) -> Optional[str]:
 
 
 def hinted_formats(paths: Iterable[str]) -> Set[str]:
-    """The optional formats (WebP, TIFF, HEIF, AVIF) that some path's extension names.
+    """The formats beyond JPEG, PNG and GIF (BMP, WebP, TIFF, HEIF, AVIF) that some
+    path's extension names: which large or optional decoders a graph needs.
 
     One ``str.endswith`` per path (about 0.1 s per million paths).
     """
     found = set()
     for p in paths:
-        if p.lower().endswith(_OPTIONAL_EXTS):
+        if p.lower().endswith(_HINT_EXTS):
             found.add(from_extension(p))
-            if len(found) == len(OPTIONAL):
+            if len(found) == len(OPTIONAL) + 1:
                 break
     return found
 

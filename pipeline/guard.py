@@ -19,6 +19,7 @@ Besides the map, one function call per chunk runs on the consumer thread.
 from __future__ import annotations
 
 import collections
+import re
 import sys
 import threading
 from typing import Callable, List, Optional
@@ -44,10 +45,12 @@ ErrorRecord.__doc__ = """A skipped file: ``path`` (str, as indexed) and ``reason
 class ErrorBudgetExceeded(RuntimeError):
     """More files were bad than ``max_errors`` allows.
 
-    Raised by ``ErrorLog.add``, which runs inside the dataset's graph (a
-    ``tf.py_function`` on the rare bad-file path): a caller iterating the
-    dataset receives it wrapped as ``tf.errors.UnknownError``, whose message
-    contains "ErrorBudgetExceeded: " and this exception's text.
+    Raised by ``ErrorLog.add``. Inside a dataset (the rare bad-file path), the
+    guard turns it into an in-graph assertion: a caller iterating the dataset
+    receives ``tf.errors.InvalidArgumentError`` whose message is one line,
+    "pipeline: ErrorBudgetExceeded: N bad files of M, over the budget
+    max_errors=... (K allowed). Reasons: ... First files: ... The full list:
+    pipeline.errors(dataset)."
     """
 
 
@@ -141,6 +144,17 @@ def errors(dataset) -> List[ErrorRecord]:
     return log.records()
 
 
+_TF_NOISE = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]+\]( name:\s*\S*)?|"
+                       r"\s*\[\[\{\{node [^]]*\]\]")
+
+
+def clean_message(text: str, limit: int = 200) -> str:
+    """An op's error message without TensorFlow's function/op annotations, first line."""
+    text = _TF_NOISE.sub(" ", text or "").strip()
+    first = text.splitlines()[0].strip() if text else ""
+    return first[:limit].rstrip(" :")
+
+
 def diagnose(contents: bytes, read_error: str, decode_fn: Callable, finish_fn: Callable) -> str:
     """Why an element failed, found by running its stages again eagerly (rare path).
 
@@ -169,8 +183,7 @@ def diagnose(contents: bytes, read_error: str, decode_fn: Callable, finish_fn: C
         fmt = decode_lib.sniff(c)
         why = decode_lib.diagnose(c, fmt).numpy().decode("utf-8", "replace")
         if why.startswith("corrupt"):
-            detail = getattr(e, "message", None) or str(e)
-            detail = detail.strip().splitlines()[0][:200] if detail.strip() else type(e).__name__
+            detail = clean_message(getattr(e, "message", None) or str(e)) or type(e).__name__
             why = why[:-1] + f": {detail})" if why.endswith(")") else why
         return why
     if reason:
@@ -180,9 +193,9 @@ def diagnose(contents: bytes, read_error: str, decode_fn: Callable, finish_fn: C
     try:
         finish_fn(image)
     except Exception as e:  # noqa: BLE001
-        detail = (getattr(e, "message", None) or str(e)).strip().splitlines()
+        detail = clean_message(getattr(e, "message", None) or str(e)) or type(e).__name__
         return (f"the file decodes ({fmt.upper()} {w}x{h}), but the resize/augment stage failed "
-                f"on it: {detail[0][:200] if detail else type(e).__name__}")
+                f"on it: {detail}")
     return "the element failed after decoding, and not again when retried (transient?)"
 
 
@@ -292,10 +305,20 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
                     with tf.control_dependencies([tf.debugging.Assert(False, [message()])]):
                         return tf.constant(True)
             elif python_ok:
+                def add_lost(m):
+                    try:
+                        error_log.add("<source>", m.numpy().decode())
+                    except ErrorBudgetExceeded as e:
+                        return f"pipeline: ErrorBudgetExceeded: {str(e)[len('pipeline: '):]}"
+                    return ""
+
                 def report():
-                    return tf.py_function(
-                        lambda m: error_log.add("<source>", m.numpy().decode()) or True,
-                        [message()], tf.bool, name=RECORDER_OP_NAME)
+                    exceeded = tf.py_function(add_lost, [message()], tf.string,
+                                              name=RECORDER_OP_NAME)
+                    exceeded.set_shape([])
+                    with tf.control_dependencies([tf.debugging.Assert(
+                            tf.equal(tf.strings.length(exceeded), 0), [exceeded])]):
+                        return tf.constant(True)
             else:
                 def report():
                     with tf.control_dependencies([tf.print(message(), output_stream=sys.stderr)]):
@@ -336,17 +359,21 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
                     return tf.identity(keep)
         else:
             def record(keys, count, bad_keys, bad_reasons):  # rare path: bad files only
+                """Records the bad files; returns "" or the exceeded budget's message."""
                 keys = keys.numpy().tolist()
-                for k in keys:
-                    p = source.name_py(k)
-                    error_log.add(p, source.why_failed_py(p))
-                if int(count) > len(keys):
-                    error_log.add(f"<{int(count) - len(keys)} unnamed file(s)>",
-                                  "decoder failed; more files in a row failed than "
-                                  f"the {K}-file window can name")
-                for k, r in zip(bad_keys.numpy().tolist(), bad_reasons.numpy().tolist()):
-                    error_log.add(source.name_py(k), r.decode("utf-8", "replace"))
-                return True
+                try:
+                    for k in keys:
+                        p = source.name_py(k)
+                        error_log.add(p, source.why_failed_py(p))
+                    if int(count) > len(keys):
+                        error_log.add(f"<{int(count) - len(keys)} unnamed file(s)>",
+                                      "decoder failed; more files in a row failed than "
+                                      f"the {K}-file window can name")
+                    for k, r in zip(bad_keys.numpy().tolist(), bad_reasons.numpy().tolist()):
+                        error_log.add(source.name_py(k), r.decode("utf-8", "replace"))
+                except ErrorBudgetExceeded as e:
+                    return f"pipeline: ErrorBudgetExceeded: {str(e)[len('pipeline: '):]}"
+                return ""
 
             def fail():
                 lost_keys, _, count = tf.cond(any_lost, lost, lambda: (
@@ -354,8 +381,11 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
                     tf.constant(0, tf.int64)))
                 bad_keys, bad_reasons = tf.boolean_mask(key, bad), tf.boolean_mask(reason, bad)
                 if python_ok:
-                    done = tf.py_function(record, [lost_keys, count, bad_keys, bad_reasons],
-                                          tf.bool, name=RECORDER_OP_NAME)
+                    exceeded = tf.py_function(record, [lost_keys, count, bad_keys, bad_reasons],
+                                              tf.string, name=RECORDER_OP_NAME)
+                    exceeded.set_shape([])
+                    done = tf.debugging.Assert(tf.equal(tf.strings.length(exceeded), 0),
+                                               [exceeded])
                 else:
                     # Service workers: the skip is reported on the worker's
                     # stderr, and pipeline.errors(ds) stays empty.

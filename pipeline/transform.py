@@ -49,23 +49,22 @@ def center_crop_window(height, width, target_height, target_width):
 def resize_with_pad(image, target_height: int, target_width: int, interpolation="bilinear"):
     """Fits ``image`` [h, w, c] into the target, centred, padded with zeros (float32 out).
 
-    The arithmetic of ``tf.image.resize_with_pad`` (scale by the larger ratio,
-    floor the sizes and the top/left padding), except that the content is at
-    least 1 pixel high and wide: a 10000x3 image fitted to 224x224 gives one
+    As ``tf.image.resize_with_pad``, in exact integer arithmetic: the side
+    that limits the scale fills the target exactly, the other is scaled down
+    (floor) to at least 1 pixel (a 10000x3 image fitted to 224x224 gives one
     row of content, where ``tf.image.resize_with_pad`` asks for 0 rows and
-    fails.
+    fails), and the padding is split evenly, the odd pixel at the bottom/right.
     """
-    s = tf.shape(image)
-    h, w = tf.cast(s[0], tf.float32), tf.cast(s[1], tf.float32)
-    ratio = tf.maximum(w / target_width, h / target_height)
-    rh = tf.maximum(tf.cast(tf.floor(h / ratio), tf.int32), 1)
-    rw = tf.maximum(tf.cast(tf.floor(w / ratio), tf.int32), 1)
-    ph = tf.maximum(0, tf.cast(tf.floor((target_height - h / ratio) / 2), tf.int32))
-    pw = tf.maximum(0, tf.cast(tf.floor((target_width - w / ratio) / 2), tf.int32))
-    ph = tf.minimum(ph, target_height - rh)
-    pw = tf.minimum(pw, target_width - rw)
-    resized = tf.image.resize(image, tf.stack([rh, rw]), method=interpolation)
-    return tf.image.pad_to_bounding_box(resized, ph, pw, target_height, target_width)
+    s = tf.shape(image, out_type=tf.int64)
+    h, w = s[0], s[1]
+    th, tw = tf.constant(target_height, tf.int64), tf.constant(target_width, tf.int64)
+    by_width = w * th >= h * tw  # w / tw >= h / th: the width limits the scale
+    rh = tf.where(by_width, tf.maximum(h * tw // w, 1), th)
+    rw = tf.where(by_width, tw, tf.maximum(w * th // h, 1))
+    resized = tf.image.resize(image, tf.cast(tf.stack([rh, rw]), tf.int32), method=interpolation)
+    return tf.image.pad_to_bounding_box(resized, tf.cast((th - rh) // 2, tf.int32),
+                                        tf.cast((tw - rw) // 2, tf.int32),
+                                        target_height, target_width)
 
 
 def resize(image, size, mode="stretch", interpolation="bilinear"):
