@@ -25,6 +25,7 @@ from typing import Iterator, List, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
+from pipeline import formats
 from pipeline import stack
 
 TFIO_SCHEMES = ("s3", "hdfs", "viewfs", "az", "http", "https")
@@ -125,7 +126,10 @@ def listdir(folder: str) -> List[Tuple[str, bool]]:
                                     f"{folder!r}: {hint(e, folder)}") from None
         out = {}
         for n in names:
-            is_dir = n.endswith("/") or tf.io.gfile.isdir(posixpath.join(folder, n))
+            # One listing call per folder: a name with an image extension is a
+            # file, so only other names (rare) cost a round trip to ask.
+            is_dir = n.endswith("/") or (not n.lower().endswith(formats.IMAGE_EXTENSIONS)
+                                         and tf.io.gfile.isdir(posixpath.join(folder, n)))
             out[n.rstrip("/")] = out.get(n.rstrip("/"), False) or is_dir
         return sorted(out.items())
     with os.scandir(folder) as it:
