@@ -77,7 +77,7 @@ def test_augmentation_seeded_deterministic_and_epoch_dependent(photos):
     assert not np.array_equal(flatten(make(4, 1))[0], ea[0])             # seeds differ
 
 
-@pytest.mark.parametrize("read_at", ["index", "graph"])
+@pytest.mark.parametrize("read_at", ["index", pytest.param("graph", marks=pytest.mark.needs_tfio)])
 def test_exif_orientations_match_pillow(tmp_path, monkeypatch, read_at):
     """Tags read at index time (Pillow, no tensorflow-io in the graph) and in
     graph (tensorflow-io, when the index could not read them) agree with Pillow."""
