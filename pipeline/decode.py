@@ -434,7 +434,7 @@ class Decoder:
             why = ""
             if fid in (_F.TIFF, _F.AVIF) and name not in self.tfio_formats and self.tfio_unusable:
                 why = (f"{_F.NAMES[fid]} decoding needs tensorflow-io, which is unusable here "
-                       f"({self.tfio_unusable}); {stack.TF216_HINT}")
+                       f"({self.tfio_unusable}); {stack.TFIO_STACK_HINT}")
             elif not self.fallback and name not in self.tfio_formats and fid in _F.OPTIONAL:
                 why = _NO_FALLBACK % f"this {_F.NAMES[fid]} file"
             elif fid == _F.HEIF and "heif" not in self.plugins:

@@ -66,3 +66,21 @@ def class_tree(tmp_path):
             expected[v] = cls
             k += 1
     return str(root), expected
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skips tests marked ``needs_tfio`` where tensorflow-io's ops do not load, with the reason.
+
+    The probe (``pipeline.stack.tfio_status``) runs once, only when such a test is collected.
+    """
+    del config
+    marked = [item for item in items if item.get_closest_marker("needs_tfio")]
+    if not marked:
+        return
+    from pipeline import stack  # pylint: disable=import-outside-toplevel
+    st = stack.tfio_status()
+    if st.available:
+        return
+    skip = pytest.mark.skip(reason=f"needs tensorflow-io: {st.reason}")
+    for item in marked:
+        item.add_marker(skip)

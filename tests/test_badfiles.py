@@ -280,6 +280,7 @@ def test_scan_manifests_max_pixels_and_cli_usage(mixed, tmp_path):
     assert "pipeline convert: error:" in proc.stderr and "nope" in proc.stderr
 
 
+@pytest.mark.needs_tfio
 def test_truncated_tiff_is_bad(tmp_path):
     """Found by a fresh-eyes user: libtiff decoded a TIFF cut in half without an
     error (filling the rest). Its strips are checked against the file size."""

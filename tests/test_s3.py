@@ -89,6 +89,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.needs_tfio
 def test_s3_sources(s3):
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
                           timeout=240, env={**os.environ, **s3, "PYTHONPATH": ROOT,
