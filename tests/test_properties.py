@@ -48,7 +48,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import HealthCheck, Phase, assume, given, note, settings
 from hypothesis import strategies as st
 from PIL import Image
 
@@ -61,16 +61,19 @@ SHARED = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__))
 
 # --- hypothesis profiles ----------------------------------------------------------------------
 
-CI_EXAMPLES = 8
+CI_EXAMPLES = 6
 _COMMON = dict(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                            HealthCheck.data_too_large],
     print_blob=True,
 )
+# No shrinking in "ci" and "dev": one example costs seconds, a shrink minutes; the failing
+# example is reported as drawn. "thorough" shrinks.
+_NO_SHRINK = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
 settings.register_profile("ci", max_examples=CI_EXAMPLES, derandomize=True, database=None,
-                          **_COMMON)
-settings.register_profile("dev", max_examples=CI_EXAMPLES, **_COMMON)
+                          phases=_NO_SHRINK, **_COMMON)
+settings.register_profile("dev", max_examples=CI_EXAMPLES, phases=_NO_SHRINK, **_COMMON)
 settings.register_profile(
     "thorough", max_examples=int(os.environ.get("PIPELINE_HYPOTHESIS_EXAMPLES", "2000")),
     **_COMMON)
@@ -348,7 +351,9 @@ def check_geometry(cfg, corpus, i, img):
     assert mask[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1].all(), f"id {i}: holes in content"
     top, bottom = rows[0], th - 1 - rows[-1]
     left, right = cols[0], tw - 1 - cols[-1]
-    assert abs(top - bottom) <= 1 and abs(left - right) <= 1, (
+    # centred: the content's centre within 1 px of the frame's (tf.image.resize_with_pad
+    # floors the float margin, so a 2.4 px content in 64 px sits at 30 | 2 | 32)
+    assert abs(top - bottom) <= 2 and abs(left - right) <= 2, (
         f"id {i}: content not centred (margins top {top} bottom {bottom} left {left} "
         f"right {right})")
 
@@ -701,7 +706,7 @@ def test_pad_keeps_thin_images(name, axis):
     assert (content[lines[0]] if axis == 0 else content[:, lines[0]]).all(), \
         "the content does not span the whole width/height"
     before, after = lines[0], 223 - lines[-1]
-    assert abs(before - after) <= 1, f"not centred: {before} px before, {after} px after"
+    assert abs(before - after) <= 2, f"not centred: {before} px before, {after} px after"
 
 
 def test_include_paths_matches_rows_to_files_under_skip(corpus):
