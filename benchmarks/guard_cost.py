@@ -60,7 +60,7 @@ flags.DEFINE_string("png_out", None, "PNG plot (default: json_out with .png).")
 
 def run(data_dir, image_size=224, batch_size=64, epochs=3, repeats=5, seed=None,
         timeout=1800, progress=False, max_cost=0.05):
-    idx = index_lib.index_directory(data_dir, sniff=False)
+    idx = index_lib.index_directory(data_dir)
     spec = {"data_dir": data_dir, "image_size": [image_size, image_size],
             "batch_size": batch_size, "epochs": epochs, "seed": seed, "num_images": len(idx)}
     res = bench.run_candidates(["pipeline", "plain"], spec, repeats=repeats, progress=progress,

@@ -88,7 +88,7 @@ def ratios(results):
 def run(data_dir, candidates, image_size=224, batch_size=64, epochs=3, repeats=1, seed=0,
         timeout=1800, progress=False):
     """Runs the candidates on ``data_dir``; returns the result dict (see module doc)."""
-    idx = index_lib.index_directory(data_dir, sniff=False)
+    idx = index_lib.index_directory(data_dir)
     spec = {"data_dir": data_dir, "image_size": [image_size, image_size],
             "batch_size": batch_size, "epochs": epochs, "seed": seed, "num_images": len(idx),
             "hard_exit": True}

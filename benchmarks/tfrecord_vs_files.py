@@ -55,7 +55,7 @@ def main(argv):
     import pipeline
     from pipeline import index as index_lib
 
-    idx = index_lib.index_directory(FLAGS.data_dir, sniff=False)
+    idx = index_lib.index_directory(FLAGS.data_dir)
     paths = idx.paths[:FLAGS.num_images]
     labels = [idx.labels[i] for i in range(len(paths))]
     opts = dict(image_size=(FLAGS.image_size, FLAGS.image_size), batch_size=FLAGS.batch_size,

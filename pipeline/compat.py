@@ -384,7 +384,7 @@ def flow_from_directory(directory, target_size=(256, 256), color_mode="rgb", cla
     if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 <= split < 1:
         raise ValueError("`validation_split` must be a float in [0, 1). "
                          f"Received: validation_split={validation_split!r}")
-    idx = index_lib.index_directory(directory, "inferred", classes, follow_links, sniff=False)
+    idx = index_lib.index_directory(directory, "inferred", classes, follow_links)
     train_rows, val_rows = keras_split(idx.labels, idx.paths, split)
 
     def make(rows):

@@ -99,13 +99,21 @@ def sniff(contents, head=None):
 
 
 def _u16(b, i, little):
-    return tf.where(little, b[..., i] + 256 * b[..., i + 1], 256 * b[..., i] + b[..., i + 1])
+    """Unsigned 16-bit field at byte ``i`` of int64 bytes ``b``; ``little``: a Python
+    bool (static byte order, half the ops) or a bool tensor."""
+    le = lambda: b[..., i] + 256 * b[..., i + 1]
+    be = lambda: 256 * b[..., i] + b[..., i + 1]
+    if isinstance(little, bool):
+        return le() if little else be()
+    return tf.where(little, le(), be())
 
 
 def _u32(b, i, little):
-    le = b[..., i] + 256 * (b[..., i + 1] + 256 * (b[..., i + 2] + 256 * b[..., i + 3]))
-    be = b[..., i + 3] + 256 * (b[..., i + 2] + 256 * (b[..., i + 1] + 256 * b[..., i]))
-    return tf.where(little, le, be)
+    le = lambda: b[..., i] + 256 * (b[..., i + 1] + 256 * (b[..., i + 2] + 256 * b[..., i + 3]))
+    be = lambda: b[..., i + 3] + 256 * (b[..., i + 2] + 256 * (b[..., i + 1] + 256 * b[..., i]))
+    if isinstance(little, bool):
+        return le() if little else be()
+    return tf.where(little, le(), be())
 
 
 _EXIF_ID = np.frombuffer(b"Exif\x00\x00", np.uint8).astype(np.int64)
@@ -133,14 +141,18 @@ def exif_orientation(contents):
     skip = ~app2 | jfif_only
 
     def walk():
-        pos = tf.constant(2, tf.int64)
-        found = tf.constant(-1, tf.int64)
-        for _ in range(EXIF_SEGMENTS):
-            s = bytes_at(contents, pos, 10)
-            app = is_app(s[0], s[1])
-            exif = app & tf.equal(s[1], 0xE1) & tf.reduce_all(tf.equal(s[4:10], _EXIF_ID))
-            found = tf.where((found < 0) & exif, pos, found)
-            pos = tf.where(app & (found < 0), pos + 2 + s[2] * 256 + s[3], pos)
+        # One APPn segment per iteration (a while loop: its body is traced once).
+        def step(k, pos, found):
+            seg = bytes_at(contents, pos, 10)
+            app = is_app(seg[0], seg[1])
+            exif = app & tf.equal(seg[1], 0xE1) & tf.reduce_all(tf.equal(seg[4:10], _EXIF_ID))
+            found = tf.where(exif, pos, found)
+            nxt = tf.where(app & ~exif, pos + 2 + seg[2] * 256 + seg[3], -1)
+            return k + 1, nxt, found
+
+        _, _, found = tf.while_loop(
+            lambda k, pos, found: (k < EXIF_SEGMENTS) & (pos >= 0) & (found < 0), step,
+            (tf.constant(0), tf.constant(2, tf.int64), tf.constant(-1, tf.int64)))
         tiff = found + 10
         hdr = bytes_at(contents, tiff, 8)
         little = tf.equal(hdr[0], 0x49)
@@ -164,46 +176,39 @@ def header_size(contents, fmt, head=None, tfio_tiff: bool = False):
     Reads only header fields: nothing is decoded or allocated by image size.
     """
     b = bytes_at(contents, 0, 32) if head is None else head
-    little = tf.constant(True)
+    little = True
     minus1 = (tf.constant(-1, tf.int64), tf.constant(-1, tf.int64))
-
-    def png():
-        return _u32(b, 20, ~little), _u32(b, 16, ~little)
-
-    def gif():
-        return _u16(b, 8, little), _u16(b, 6, little)
-
-    def bmp():
-        core = tf.equal(_u32(b, 14, little), 12)  # OS/2 1.x: 16-bit fields
-        w = tf.where(core, _u16(b, 18, little), _u32(b, 18, little))
-        h = tf.where(core, _u16(b, 20, little), _u32(b, 22, little))
-        h = tf.where(h >= 2 ** 31, 2 ** 32 - h, h)  # top-down BMPs store -height
-        return h, w
-
-    def webp():
-        chunk = tf.strings.substr(tf.strings.join([tf.strings.substr(contents, 0, 16),
-                                                   b"\x00" * 16]), 12, 4)
-        vp8x = (1 + b[27] + 256 * (b[28] + 256 * b[29]), 1 + b[24] + 256 * (b[25] + 256 * b[26]))
-        vp8l = (1 + (b[22] // 64 + b[23] * 4 + (b[24] % 16) * 1024),
-                1 + (b[21] + (b[22] % 64) * 256))
-        vp8 = (_u16(b, 28, little) % 16384, _u16(b, 26, little) % 16384)
-        h = tf.where(tf.equal(chunk, b"VP8X"), vp8x[0],
-                     tf.where(tf.equal(chunk, b"VP8L"), vp8l[0], vp8[0]))
-        w = tf.where(tf.equal(chunk, b"VP8X"), vp8x[1],
-                     tf.where(tf.equal(chunk, b"VP8L"), vp8l[1], vp8[1]))
-        return h, w
 
     def jpeg():
         s = tf.cast(tf.image.extract_jpeg_shape(contents), tf.int64)
         return s[0], s[1]
 
-    branches = [jpeg, png, gif, bmp, webp]
-    if tfio_tiff:
-        def tiff():
-            shape, _ = _tfio().experimental.image.decode_tiff_info(contents)
-            return shape[0, 0], shape[0, 1]
-        branches.append(tiff)
-    return tf.switch_case(tf.minimum(fmt, len(branches)), branches, default=lambda: minus1)
+    def others():
+        """PNG IHDR, GIF screen, BMP info header, WebP VP8/VP8L/VP8X: arithmetic on
+        the head, one branch (fewer functions to trace than a switch)."""
+        core = tf.equal(_u32(b, 14, little), 12)  # BMP OS/2 1.x: 16-bit fields
+        bmp_w = tf.where(core, _u16(b, 18, little), _u32(b, 18, little))
+        bmp_h = tf.where(core, _u16(b, 20, little), _u32(b, 22, little))
+        bmp_h = tf.where(bmp_h >= 2 ** 31, 2 ** 32 - bmp_h, bmp_h)  # top-down: -height
+        chunk = b[15]  # "VP8X" / "VP8L" / "VP8 ": the 4th byte of the chunk name
+        webp_h = tf.where(tf.equal(chunk, ord("X")), 1 + b[27] + 256 * (b[28] + 256 * b[29]),
+                          tf.where(tf.equal(chunk, ord("L")),
+                                   1 + (b[22] // 64 + b[23] * 4 + (b[24] % 16) * 1024),
+                                   _u16(b, 28, little) % 16384))
+        webp_w = tf.where(tf.equal(chunk, ord("X")), 1 + b[24] + 256 * (b[25] + 256 * b[26]),
+                          tf.where(tf.equal(chunk, ord("L")), 1 + (b[21] + (b[22] % 64) * 256),
+                                   _u16(b, 26, little) % 16384))
+        hs = tf.stack([_u32(b, 20, False), _u16(b, 8, little), bmp_h, webp_h, -1])
+        ws = tf.stack([_u32(b, 16, False), _u16(b, 6, little), bmp_w, webp_w, -1])
+        k = tf.clip_by_value(tf.cast(fmt, tf.int64) - 1, 0, 4)
+        if tfio_tiff:
+            def tiff():
+                shape, _ = _tfio().experimental.image.decode_tiff_info(contents)
+                return shape[0, 0], shape[0, 1]
+            return tf.cond(tf.equal(fmt, _F.TIFF), tiff, lambda: (hs[k], ws[k]))
+        return hs[k], ws[k]
+
+    return tf.cond(tf.equal(fmt, _F.JPEG), jpeg, others)
 
 
 def webp_is_animated(head):
@@ -262,22 +267,17 @@ def apply_orientation(image, orientation):
     """Applies an EXIF orientation tag (int, 1-8; others mean 1) to [h, w, c].
 
     2 mirror, 3 rotate 180, 4 flip vertically, 5 transpose, 6 rotate 90 CW,
-    7 transverse, 8 rotate 90 CCW (EXIF 2.32, tag 0x0112).
+    7 transverse, 8 rotate 90 CCW (EXIF 2.32, tag 0x0112): a transpose for
+    5-8, then a left-right flip for 2, 3, 6, 7 and an up-down flip for 3, 4, 7,
+    8, with dynamic ``perm`` and ``axis`` (no branches to trace).
     """
     o = tf.cast(orientation, tf.int32)
     o = tf.where((o >= 1) & (o <= 8), o, 1)
-    t = lambda x: tf.transpose(x, [1, 0, 2])
-    branches = [
-        lambda: image,
-        lambda: image[:, ::-1],
-        lambda: image[::-1, ::-1],
-        lambda: image[::-1],
-        lambda: t(image),
-        lambda: t(image)[:, ::-1],
-        lambda: t(image)[::-1, ::-1],
-        lambda: t(image)[::-1],
-    ]
-    return tf.switch_case(o - 1, branches)
+    perm = tf.where(o >= 5, tf.constant([1, 0, 2]), tf.constant([0, 1, 2]))
+    lr = tf.reduce_any(tf.equal(o, [2, 3, 6, 7]))
+    ud = tf.reduce_any(tf.equal(o, [3, 4, 7, 8]))
+    axes = tf.boolean_mask(tf.constant([0, 1]), tf.stack([ud, lr]))
+    return tf.reverse(tf.transpose(image, perm), axes)
 
 
 def diagnose(contents, fmt):
@@ -415,7 +415,7 @@ class Decoder:
         bit fields, OS/2, v4/v5 headers, top-down) by ``pipeline.bmp``'s graph
         decoder where the dataset has files named .bmp (or no Python), else by
         the Pillow fallback (TensorFlow's decoder reads palette indices as gray)."""
-        little = tf.constant(True)
+        little = True
         plain = (tf.equal(_u16(head, 28, little), 24) & tf.equal(_u32(head, 30, little), 0)
                  & tf.equal(_u32(head, 14, little), 40) & (_u32(head, 22, little) < 2 ** 31))
         decode = lambda: from_rgb(tf.io.decode_bmp(contents, channels=3), self.channels)
@@ -556,8 +556,10 @@ class Decoder:
         def bad():
             reason = tf.strings.format("header claims {}x{} pixels > max_pixels={}",
                                        (w, h, self.max_pixels))
-            return self.placeholder(), tf.where(fmt == _F.UNKNOWN, diagnose(contents, fmt),
-                                                reason)
+            first = tf.strings.reduce_join(tf.strings.as_string(head[:8]), separator=" ")
+            unknown = tf.where(tf.equal(tf.strings.length(contents), 0), "empty file (0 bytes)",
+                               tf.strings.join(["not an image (first bytes ", first, ")"]))
+            return self.placeholder(), tf.where(fmt == _F.UNKNOWN, unknown, reason)
 
         def other(fn):
             def run():

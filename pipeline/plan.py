@@ -6,12 +6,14 @@ and repeat. So every element is delivered exactly once per epoch across all
 input pipelines, whatever ``seed`` is, and a cache holds a shuffled epoch.
 
 * Rows of a path table (folders, path lists, manifests): the rows of this
-  pipeline's shard are permuted anew each epoch with
-  ``tf.random.experimental.index_shuffle`` (a keyed pseudorandom permutation:
-  no shuffle buffer, so the first element comes at once, even for millions
-  of files, and memory does not grow with the dataset). The key is drawn per
-  epoch from ``Dataset.random(seed, rerandomize_each_iteration=True)``: the
-  same seed gives the same orders, epoch after epoch.
+  pipeline's shard are permuted anew each epoch: up to ``EXACT_SHUFFLE_ROWS``
+  rows (and always under the tf.data service) by a shuffle buffer holding
+  every row, an exact uniform permutation; beyond, by
+  ``tf.random.experimental.index_shuffle``, a keyed pseudorandom permutation
+  with no buffer to fill, so the first element comes at once even for
+  millions of files. Its key is drawn per epoch from ``Dataset.random(seed,
+  rerandomize_each_iteration=True)``. The same seed gives the same orders,
+  epoch after epoch.
 * Records of TFRecord shards: with at least as many shards as input
   pipelines, each pipeline reads whole shards (shard order reshuffled each
   epoch); with fewer shards, every pipeline reads all shards in the same
@@ -31,6 +33,12 @@ import tensorflow as tf
 from absl import logging
 
 AFTER_CACHE_BUFFER = 1024
+# Up to this many rows, a shuffle buffer holds every row (an exact uniform
+# permutation, filled in ~30 ms); beyond, the keyed permutation avoids filling
+# a buffer of millions before the first element. index_shuffle's permutations
+# are far from uniform on small domains (a 10-row table came back unshuffled
+# for 1 key in 200), which is why it is not used there.
+EXACT_SHUFFLE_ROWS = 100_000
 graph_fn = tf.autograph.experimental.do_not_convert
 
 
@@ -52,13 +60,17 @@ def rows(n: int, opts) -> Tuple[tf.data.Dataset, Optional[int]]:
     if k > 1 and n < k:
         logging.warning("pipeline: %d files < %d input pipelines: input pipeline %d gets %s",
                         n, k, i, "no elements" if m == 0 else "1 element")
+    ds = tf.data.Dataset.range(i, n, k)
     if opts.shuffle and m > 1:
-        def permuted(key):
-            return tf.data.Dataset.range(m).map(graph_fn(
-                lambda j: i + k * tf.random.experimental.index_shuffle(j, key, m - 1)))
-        ds = _epoch_keys(opts.seed).flat_map(graph_fn(permuted))
-    else:
-        ds = tf.data.Dataset.range(i, n, k)
+        if m <= EXACT_SHUFFLE_ROWS or opts.service:
+            # A uniform shuffle of all the rows (8 bytes each); its source stays
+            # splittable for the tf.data service's dynamic sharding.
+            ds = ds.shuffle(m, seed=opts.seed, reshuffle_each_iteration=True)
+        else:
+            def permuted(key):
+                return tf.data.Dataset.range(m).map(graph_fn(
+                    lambda j: i + k * tf.random.experimental.index_shuffle(j, key, m - 1)))
+            ds = _epoch_keys(opts.seed).flat_map(graph_fn(permuted))
     expected = m
     if opts.service and opts.processing_mode == "file":
         # tf.data service "file" mode = ShardingPolicy.HINT: the dispatcher

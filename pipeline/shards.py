@@ -18,6 +18,7 @@ import math
 import os
 from typing import List, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from pipeline import assemble
@@ -68,18 +69,25 @@ def _feature_floats(v):
 
 
 def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
-                    progress: bool = True, num_workers: Optional[int] = None,
-                    **index_kw) -> dict:
+                    shuffle: bool = True, seed: int = 0, progress: bool = True,
+                    num_workers: Optional[int] = None, **index_kw) -> dict:
     """Writes encoded images and their labels to TFRecord shards + a JSON sidecar.
 
     Each record is a ``tf.train.Example`` with features ``image`` (the file's
     encoded bytes, unchanged), ``label`` (int64 class index, or float list for
     multi-hot / regression labels), ``path`` (bytes), ``format`` (sniffed from
     the bytes), ``has_exif`` (int64 0/1), ``error`` (reason the file is bad,
-    empty when fine) and ``weight`` (float, only with sample weights). Row ``i``
-    of the index goes to shard ``i % num_shards``, so reading the shards
-    round-robin restores the index order. Shards are written in parallel (a
-    thread pool over shards) with a ``tqdm.auto`` progress bar.
+    empty when fine) and ``weight`` (float, only with sample weights).
+
+    With ``shuffle=True`` (default) the rows are written in a seeded random
+    order (``numpy.random.RandomState(seed).permutation``), as tfds does:
+    a folder is stored class by class, and shards written in that order
+    would keep classes together however the reader shuffles its bounded
+    buffer. Row ``j`` of the written order goes to shard ``j % num_shards``,
+    so reading the shards round-robin (``from_tfrecords(shuffle=False)``)
+    gives the written order: the index order when ``shuffle=False`` here.
+    Shards are written in parallel (a thread pool over shards) with a
+    ``tqdm.auto`` progress bar.
 
     Args:
         source: a folder of class sub-folders, a manifest (.csv/.jsonl; see
@@ -88,6 +96,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         output_dir: str folder (created) or URI for the shards and ``dataset.json``.
         num_shards: int >= 1, or None for about one shard per 128 MiB
             (at least 1, at most one per file).
+        shuffle: bool, write the rows in a seeded random order (default True).
+        seed: int, the seed of that order.
         progress: bool, show the progress bar.
         num_workers: threads writing shards (default ``min(num_shards, 2 * cores)``).
         **index_kw: passed to the indexer (e.g. ``class_names``, ``labels``,
@@ -104,8 +114,11 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     """
     if num_shards is not None:
         num_shards = checks.check_int("num_shards", num_shards)
+    shuffle = checks.check_bool("shuffle", shuffle)
+    seed = checks.check_int("seed", seed, minimum=0)
     idx = source_index(source, **index_kw)
     n = len(idx)
+    order = np.random.RandomState(seed).permutation(n) if shuffle else np.arange(n)
     if num_shards is None:
         total = int(idx.sizes().clip(0).sum())
         num_shards = max(1, math.ceil(total / TARGET_SHARD_BYTES))
@@ -132,7 +145,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
 
     def write_shard(k):
         fmt_counts, exif = collections.Counter(), False
-        rows = range(k, n, num_shards)
+        rows = order[k::num_shards].tolist()
         with tf.io.TFRecordWriter(read.join(output_dir, names[k])) as writer:
             for i in rows:
                 path = idx.paths[i]

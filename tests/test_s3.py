@@ -75,7 +75,7 @@ SCRIPT = textwrap.dedent("""
     out["dir"] = vals(ds) + [ds.class_names, ds.file_paths]
     out["paths"] = vals(pipeline.from_paths(ds.file_paths[::-1], [1, 1, 1, 0, 0], **o))
     out["manifest"] = vals(pipeline.from_manifest("s3://bkt/m.csv", **o))
-    meta = pipeline.write_tfrecords("s3://bkt/src", "s3://bkt/rec", num_shards=2,
+    meta = pipeline.write_tfrecords("s3://bkt/src", "s3://bkt/rec", num_shards=2, shuffle=False,
                                     progress=False)
     out["rec_meta"] = meta["num_examples"]
     out["rec"] = vals(pipeline.from_tfrecords("s3://bkt/rec", **o))
