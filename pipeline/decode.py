@@ -153,21 +153,26 @@ def exif_orientation(contents):
         _, _, found = tf.while_loop(
             lambda k, pos, found: (k < EXIF_SEGMENTS) & (pos >= 0) & (found < 0), step,
             (tf.constant(0), tf.constant(2, tf.int64), tf.constant(-1, tf.int64)))
-        tiff = found + 10
-        hdr = bytes_at(contents, tiff, 8)
-        little = tf.equal(hdr[0], 0x49)
-        ifd = tiff + _u32(hdr, 4, little)
-        e = bytes_at(contents, ifd, 2 + 12 * EXIF_ENTRIES)
-        count = _u16(e, 0, little)
-        entries = tf.reshape(e[2:], [EXIF_ENTRIES, 12])
-        tag = _u16(entries, 0, little)
-        value = _u16(entries, 8, little)
-        hit = tf.equal(tag, 0x0112) & (tf.range(EXIF_ENTRIES, dtype=tf.int64) < count)
-        o = tf.reduce_max(tf.where(hit, value, 0))
-        o = tf.where((found >= 0) & (o >= 1) & (o <= 8), o, 1)
+        present, o = ifd0_short(contents, found + 10, 0x0112)
+        o = tf.where((found >= 0) & present & (o >= 1) & (o <= 8), o, 1)
         return tf.cast(o, tf.int32)
 
     return tf.cond(skip, lambda: tf.constant(1, tf.int32), walk)
+
+
+def ifd0_short(contents, tiff, tag: int):
+    """(present, value) of a SHORT-valued ``tag`` among the first ``EXIF_ENTRIES``
+    entries of IFD0 of the TIFF structure at byte ``tiff`` (TIFF 6.0, section 2:
+    byte order "II"/"MM", IFD offset, 12-byte entries). int64 scalars."""
+    hdr = bytes_at(contents, tiff, 8)
+    little = tf.equal(hdr[0], 0x49)
+    ifd = tiff + _u32(hdr, 4, little)
+    e = bytes_at(contents, ifd, 2 + 12 * EXIF_ENTRIES)
+    count = _u16(e, 0, little)
+    entries = tf.reshape(e[2:], [EXIF_ENTRIES, 12])
+    hit = tf.equal(_u16(entries, 0, little), tag) & (
+        tf.range(EXIF_ENTRIES, dtype=tf.int64) < count)
+    return tf.reduce_any(hit), tf.reduce_max(tf.where(hit, _u16(entries, 8, little), 0))
 
 
 def header_size(contents, fmt, head=None, tfio_tiff: bool = False):
@@ -468,8 +473,16 @@ class Decoder:
                     branches.append(lambda fast=fast, slow=slow: tf.cond(
                         webp_is_animated(head), slow, fast))
                 elif name == "tiff":
-                    branches.append(lambda: to_channels(
-                        _tfio().experimental.image.decode_tiff(contents, index=0), self.channels))
+                    # tensorflow-io (libtiff's RGBA interface) premultiplies colour by
+                    # alpha; a TIFF with extra samples (alpha, tag 0x0152) takes the
+                    # fallback, which keeps the colour as stored.
+                    alpha, _ = ifd0_short(contents, tf.constant(0, tf.int64), 0x0152)
+                    tiff = lambda: to_channels(
+                        _tfio().experimental.image.decode_tiff(contents, index=0), self.channels)
+                    keep = (lambda: self._fallback(contents)) if self.fallback else (
+                        lambda: self.placeholder())
+                    branches.append(lambda tiff=tiff, keep=keep, alpha=alpha: tf.cond(
+                        alpha, keep, tiff))
                 else:
                     branches.append(lambda: to_channels(
                         _tfio().experimental.image.decode_avif(contents), self.channels))
@@ -481,6 +494,10 @@ class Decoder:
         if not self.fallback and "webp" in tfio:
             reason = tf.where(tf.equal(fmt, _F.WEBP) & webp_is_animated(head),
                               _NO_FALLBACK % "an animated WebP (TensorFlow < 2.18)", reason)
+        if not self.fallback and "tiff" in tfio:
+            alpha, _ = ifd0_short(contents, tf.constant(0, tf.int64), 0x0152)
+            reason = tf.where(tf.equal(fmt, _F.TIFF) & alpha, _NO_FALLBACK % (
+                "a TIFF with an alpha channel (tensorflow-io premultiplies its colour)"), reason)
         img = tf.cond(tf.strings.length(reason) > 0, self.placeholder, decode)
         img.set_shape([None, None, self.channels])
         return img, reason

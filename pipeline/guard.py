@@ -185,6 +185,10 @@ def diagnose(contents: bytes, read_error: str, decode_fn: Callable, finish_fn: C
         if why.startswith("corrupt"):
             detail = clean_message(getattr(e, "message", None) or str(e)) or type(e).__name__
             why = why[:-1] + f": {detail})" if why.endswith(")") else why
+            if re.search(r"unsupported|not supported|not implemented", detail, re.I):
+                # a valid file of a variant the decoder does not handle, not bad data
+                name = why.split(" ")[1]
+                why = f"unsupported {name} variant (the decoder says: {detail})"
         return why
     if reason:
         return reason
