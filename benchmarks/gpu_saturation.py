@@ -139,7 +139,6 @@ def main(argv):
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = FLAGS.data_dir
         if FLAGS.sample_images:
-            from pipeline import sample
             data_dir = sample.ensure_sample(FLAGS.sample_images)
         elif FLAGS.num_images:
             data_dir = _peers.symlink_tree(FLAGS.data_dir, FLAGS.num_images,

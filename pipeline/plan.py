@@ -61,6 +61,11 @@ def rows(n: int, opts) -> Tuple[tf.data.Dataset, Optional[int]]:
         logging.warning("pipeline: %d files < %d input pipelines: input pipeline %d gets %s",
                         n, k, i, "no elements" if m == 0 else "1 element")
     ds = tf.data.Dataset.range(i, n, k)
+    expected = m
+    if opts.service and opts.processing_mode == "file":
+        # tf.data service "file" mode = ShardingPolicy.HINT: the dispatcher fills in
+        # (num_workers, worker_index); sharded before the shuffle, as every shard.
+        ds = ds.shard(tf.data.experimental.SHARD_HINT, tf.data.experimental.SHARD_HINT)
     if opts.shuffle and m > 1:
         if m <= EXACT_SHUFFLE_ROWS or opts.service:
             # A uniform shuffle of all the rows (8 bytes each); its source stays
@@ -71,11 +76,6 @@ def rows(n: int, opts) -> Tuple[tf.data.Dataset, Optional[int]]:
                 return tf.data.Dataset.range(m).map(graph_fn(
                     lambda j: i + k * tf.random.experimental.index_shuffle(j, key, m - 1)))
             ds = _epoch_keys(opts.seed).flat_map(graph_fn(permuted))
-    expected = m
-    if opts.service and opts.processing_mode == "file":
-        # tf.data service "file" mode = ShardingPolicy.HINT: the dispatcher
-        # fills in (num_workers, worker_index); see pipeline.distribute.
-        ds = ds.shard(tf.data.experimental.SHARD_HINT, tf.data.experimental.SHARD_HINT)
     if opts.service and opts.processing_mode != "off":
         expected = None  # the service splits the plan between its workers
     return ds, expected

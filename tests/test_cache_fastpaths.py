@@ -130,7 +130,7 @@ def test_exif_orientations_match_pillow_from_every_source(tmp_path, layout):
             refs.append(np.asarray(ImageOps.exif_transpose(im).convert("RGB")))
         paths.append(p)
     pipeline.write_tfrecords(str(tmp_path), str(tmp_path / "shards"), num_shards=1,
-                             progress=False)
+                             shuffle=False, progress=False)
     kw = dict(image_size=None, batch_size=None, shuffle=False)
     from_files = list(pipeline.from_paths(paths, **kw).as_numpy_iterator())
     from_shards = [x for x, _ in pipeline.from_tfrecords(str(tmp_path / "shards"),
