@@ -321,15 +321,15 @@ def cache_file(opts, source) -> str:
     The fingerprint (SHA-1, 16 hex digits) covers what the cached elements
     depend on: the files (paths, sizes, labels) and the options applied
     before the cache (image size, resize, interpolation, channels, label
-    mode, EXIF, max_pixels, fast_jpeg, on_error, sharding). A cache written
-    for other files or options, or left incomplete by an epoch that failed on
-    a bad file which was then fixed or removed, is never read back as this
-    dataset's.
+    mode, EXIF, max_pixels, fast_jpeg, sharding). A cache written for other
+    files or options is never read back as this dataset's. The cache holds
+    decoded elements before the guard, so an epoch that meets a bad file
+    still completes it, and the file is named again every epoch.
     """
     h = hashlib.sha1()
-    parts = [opts.image_size, opts.resize, opts.interpolation, opts.channels, opts.label_mode,
-             opts.exif_orientation, opts.max_pixels, opts.fast_jpeg, opts.on_error,
-             opts.include_paths, (opts.num_pipelines, opts.pipeline_id)]
+    parts = ["elements v2: decoded, before the guard", opts.image_size, opts.resize,
+             opts.interpolation, opts.channels, opts.label_mode, opts.exif_orientation,
+             opts.max_pixels, opts.fast_jpeg, (opts.num_pipelines, opts.pipeline_id)]
     h.update(repr(parts).encode())
     if isinstance(source, Records):
         h.update(repr((source.files, source.counts)).encode())
@@ -473,6 +473,13 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     # the other stages through tf.data.Options.
     ds = ds.map(graph_fn(element), num_parallel_calls=opts.parallelism, deterministic=True)
     ds = ds.ignore_errors()
+    if opts.cache is not None:
+        # The cache sits between the map and the guard: it holds decoded elements with
+        # their positions and reasons (a file whose decoder raised is a gap), so its
+        # input never errors and it always completes (TensorFlow completes a memory
+        # cache with what it has when its input raises), and the guard runs after it
+        # every epoch: a bad file is raised, or skipped and recorded, in every epoch.
+        ds = ds.cache("" if opts.cache == "memory" else cache_file(opts, source))
     # The check runs on the user's batches when nothing sits between here and
     # batching (a batch that held a skipped file is then smaller by that
     # many); otherwise on internal chunks that are unbatched again.
@@ -497,7 +504,6 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
 
     ds = ds.map(graph_fn(structure))
     if opts.cache is not None:
-        ds = ds.cache("" if opts.cache == "memory" else cache_file(opts, source))
         ds = plan_lib.after_cache(ds, n, opts)
         if opts.augment is not None:  # random ops after the cache, fresh each epoch
             aug = opts.augment
