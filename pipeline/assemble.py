@@ -167,9 +167,9 @@ class Stages:
 
     Picks the fast JPEG paths: with ``augment.random_resized_crop`` the crop
     window comes from the header and seed, and only it is decoded; with
-    ``resize="crop"`` the centre window likewise; with ``resize="stretch"``
-    a JPEG >= 2x the target in both sides is decoded at 1/2, 1/4 or 1/8
-    scale. ``fast_jpeg=False`` turns all three off. Augmentation runs here
+    ``resize="crop"`` the centre window likewise. Both give exactly the
+    pixels of ``fast_jpeg=False`` (decode whole, then crop), which turns them
+    off. Augmentation runs here
     unless a cache sits in between (then after it, fresh each epoch).
     """
 
@@ -191,11 +191,11 @@ class Stages:
                 contents, window_fn=lambda s: transform.center_crop_window(s[0], s[1], th, tw))
             image = transform.resize(image, size, "stretch", opts.interpolation)
         else:
-            # DCT scaling only for "stretch": "pad" places the content by the
-            # source's exact aspect ratio, which the rounded sizes of a
-            # reduced-scale decode shift by a pixel.
-            target = size if (size is not None and fast and opts.resize == "stretch") else None
-            image, reason = self.decoder.decode(contents, target=target)
+            # No reduced-scale (DCT) decoding (``target``): it is a different
+            # filter from a full decode + resize, up to ~200 levels apart at
+            # edges on real photos, for every interpolation and at one DCT step
+            # finer too, where issue #12 allows 1 (tests/test_fastpaths.py).
+            image, reason = self.decoder.decode(contents)
             image = self.finish(image, seed, augment=False)
         if self.augment_here:
             image = aug(image, seed)

@@ -18,9 +18,11 @@ shards), so a file gives the same pixels whatever the source.
   Pillow's ``ImageOps.exif_transpose`` applies) is read in graph from the
   APP1 segment by ``exif_orientation``: a few byte reads, and one check for
   the common JFIF layout that has no EXIF block.
-* The fast JPEG paths (crop-before-decode with ``decode_and_crop_jpeg``,
-  reduced-scale DCT decoding) apply to files whose orientation is 1; a
-  rotated file is decoded (at the same DCT scale), rotated, then cropped.
+* The fast JPEG path (crop-before-decode with ``decode_and_crop_jpeg``)
+  applies to files whose orientation is 1 and gives exactly the pixels of
+  decode-then-crop; a rotated file is decoded, rotated, then cropped.
+  Reduced-scale DCT decoding (``target``) is a different filter from a full
+  decode + resize, so the pipeline does not use it (issue #12).
 * BMP: plain 24-bit files by ``tf.io.decode_bmp``; the other variants
   (palettes, RLE4/RLE8, 16/32-bit, bit fields, OS/2, v4/v5 headers,
   top-down) by ``pipeline.bmp``, a graph-op decoder checked against Pillow.
@@ -532,7 +534,18 @@ class Decoder:
 
         def fast():
             shape = tf.stack([tf.cast(h, tf.int32), tf.cast(w, tf.int32), tf.constant(3)])
-            return self._jpeg(contents, window=window_fn(shape))
+            oy, ox, ch, cw = window_fn(shape)
+            # libjpeg-turbo's cropped decode upsamples subsampled chroma (4:2:0,
+            # 4:2:2: a triangle filter over the neighbouring chroma samples) at
+            # the decoded columns' edges as if they were the image's: its first
+            # column (an iMCU boundary, so a multiple of 8) and, when odd, its
+            # last one came out up to ~40 levels off decode-then-crop (issue
+            # #12). One more column on such a side (clamped to the image) gives
+            # every window pixel its real neighbours; the slice trims it and is
+            # a no-copy identity when nothing was added.
+            x0 = tf.where((ox % 8 == 0) & (ox > 0), ox - 1, ox)
+            x1 = ox + cw + tf.cast(((ox + cw) % 2 == 0) & (ox + cw < shape[1]), tf.int32)
+            return self._jpeg(contents, window=(oy, x0, ch, x1 - x0))[:, ox - x0:ox - x0 + cw]
 
         if not self.exif:
             return fast(), tf.constant("")
@@ -559,6 +572,9 @@ class Decoder:
             target: optional (height, width) the caller resizes to: a JPEG at
                 least 2x, 4x or 8x larger in both sides is decoded at that
                 reduced scale (libjpeg's DCT scaling), leaving less to resize.
+                Approximate: a different filter from a full decode + resize
+                (tens of levels apart at edges for every interpolation), so
+                the pipeline never passes it (issue #12).
 
         Faults found before decoding (unknown format, a header over
         ``max_pixels``, a format with no decoder here) give a reason and a
