@@ -113,9 +113,11 @@ class ImageOptions:
         threadpool_size: int, a private tf.data thread pool of this size.
         prefetch_to_device: e.g. "/gpu:0": batches are copied to that device
             ahead of time (last stage; not with a distribution strategy).
-        fast_jpeg: bool (default True): crop-before-decode and reduced-scale
-            (DCT) JPEG decoding where they apply; they give the pixels of the
-            slow path within a level or two.
+        fast_jpeg: bool (default True): crop-before-decode of JPEGs for
+            ``resize="crop"`` and random resized crops (only the window is
+            decoded); it gives exactly the pixels of decoding whole, then
+            cropping (tests/test_fastpaths.py). Reduced-scale (DCT) decoding
+            is not used: it is a different filter, tens of levels off.
         augment: None or a ``pipeline.Augment`` (random ops, seeded, in graph).
         input_context: a ``tf.distribute.InputContext``: this input pipeline's
             share of the elements (exactly once across pipelines); the

@@ -539,7 +539,7 @@ class Decoder:
             # 4:2:2: a triangle filter over the neighbouring chroma samples) at
             # the decoded columns' edges as if they were the image's: its first
             # column (an iMCU boundary, so a multiple of 8) and, when odd, its
-            # last one came out up to ~40 levels off decode-then-crop (issue
+            # last one came out up to ~60 levels off decode-then-crop (issue
             # #12). One more column on such a side (clamped to the image) gives
             # every window pixel its real neighbours; the slice trims it and is
             # a no-copy identity when nothing was added.
