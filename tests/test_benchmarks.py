@@ -201,3 +201,65 @@ def test_bench_cli_refuses_unknown_candidate():
     assert proc.returncode != 0
     assert "--compare: unknown candidate(s) ['nope']" in proc.stderr
     assert "Received: ['keras', 'nope']" in proc.stderr
+
+
+def test_startup(photos, tmp_path):
+    """benchmarks/startup.py at its two smallest sizes (tiny: 200 and 1,000 links)."""
+    trees = tmp_path / "trees"
+    stdout = _run("startup.py", f"--data_dir={photos}", "--sizes=200,1000",
+                  "--num_classes=10", "--image_size=32", "--batch_size=16",
+                  "--scan_sizes=200", f"--tmp_dir={trees}",
+                  f"--json_out={tmp_path / 'startup.json'}",
+                  f"--plot={tmp_path / 'startup.png'}", timeout=400)
+    out = _load(tmp_path, "startup")
+    assert out["sizes"] == [200, 1000] and out["candidates"] == ["pipeline", "keras"]
+    assert out["repeats"] == 1 and out["cores"] >= 1
+    # the trees are kept (reused by the next run), hard links in class folders
+    tree = trees / "pipeline-startup-v1" / out["per_size"][0]["tree"]
+    links = [p for d in tree.iterdir() for p in d.iterdir()]
+    assert len(links) == 200 and len(list(tree.iterdir())) == 10
+    assert all(p.stat().st_nlink > 1 for p in links)
+    for s, n in zip(out["per_size"], (200, 1000)):
+        assert s["files"] == n and s["classes"] == 10
+        for c in ("pipeline", "keras"):
+            r = s[c]
+            for k in ("factory_sec", "first_batch_sec", "total_sec", "index_sec",
+                      "peak_rss_mb", "rss_after_import_mb", "index_bytes_per_file",
+                      "path_list_bytes_per_file"):
+                assert isinstance(r[k], (int, float)) and r[k] > 0 and math.isfinite(r[k]), \
+                    (c, k, r)
+            assert r["index_sec"] <= r["factory_sec"] <= r["total_sec"]
+            assert r["total_sec"] == pytest.approx(r["factory_sec"] + r["first_batch_sec"])
+            assert r["peak_rss_mb"] >= r["rss_after_import_mb"] > 100
+            assert r["rss_growth_mb"] == pytest.approx(r["peak_rss_mb"]
+                                                       - r["rss_after_import_mb"])
+            assert r["indexed_files"] == n and r["batch_images"] == 16
+            # a path string costs at least 49 bytes (empty str) plus a list slot
+            assert 57 < r["path_list_bytes_per_file"] <= r["index_bytes_per_file"] < 2000
+        assert r["load_avg_before"] and len(r["runs"]) == 1
+        assert s["ratio_total"] == pytest.approx(s["pipeline"]["total_sec"]
+                                                 / s["keras"]["total_sec"])
+        assert s["pipeline"]["pipeline_module"] == "pipeline"  # this checkout's package
+    scan = out["per_size"][0]["scan"]
+    assert scan["files_scanned"] == scan["files_ok"] == 200 and scan["bad_files"] == 0
+    assert scan["files_per_sec"] == pytest.approx(200 / scan["scan_sec"])
+    assert 0 < scan["cores_used"] == pytest.approx(scan["cpu_sec"] / scan["scan_sec"])
+    assert "scan" not in out["per_size"][1] and [s["files"] for s in out["scan"]] == [200]
+    for c in ("pipeline", "keras"):
+        per_file = out["index_sec_per_file"][c]
+        assert per_file == [s[c]["index_sec"] / s["files"] for s in out["per_size"]]
+        (sl,) = out["index_time_slope"][c]
+        assert (sl["from"], sl["to"]) == (200, 1000)
+        assert sl["slope"] == pytest.approx(math.log(per_file[1] / per_file[0]) / math.log(5))
+        assert out["index_time_slope_fit"][c] == pytest.approx(sl["slope"])
+    b = out["index_bytes_per_file"]
+    assert b["files"] == 1000 and b["ratio"] == pytest.approx(b["pipeline"]
+                                                              / b["keras_paths_only"])
+    la = out["load_average"]
+    assert 0 <= la["min"] <= la["median"] <= la["max"]
+    assert [row["files"] for row in out["table"]] == [200, 1000]
+    assert set(out["table"][0]) >= {"pipeline_factory_sec", "pipeline_total_sec",
+                                    "keras_total_sec", "ratio", "pipeline_peak_rss_mb",
+                                    "keras_peak_rss_mb"}
+    assert out["targets"] == {}  # no target sizes in a tiny run
+    assert "| files | pipeline factory |" in stdout and "index bytes per file" in stdout

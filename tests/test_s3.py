@@ -114,3 +114,29 @@ def test_not_found_hints(monkeypatch):
     if "tensorflow_io" not in sys.modules:
         assert "needs tensorflow-io imported" in msg
     assert read.hint(RuntimeError("gone"), "/local/x") == "gone"
+
+
+def test_s3_startup_benchmark_lists_per_folder_no_object_requests(tmp_path):
+    """benchmarks/s3_startup.py, tiny: 200 objects in 10 folders. Before the first
+    batch, one folder listing per folder and no per-object request (HEAD or GET),
+    counted from moto's own request log."""
+    pytest.importorskip("boto3")
+    out_json = tmp_path / "s3.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "s3_startup.py"),
+         "--num_objects=200", "--num_classes=10", "--image_size=16", "--batch_size=32",
+         f"--json_out={out_json}"], capture_output=True, text=True, timeout=400,
+        env={**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    out = json.loads(out_json.read_text())
+    assert out["files"] == 200 and out["classes"] == 10 and out["batch_images"] == 32
+    assert out["folders"] == 11
+    assert out["lists_before_first_batch"] == 11 and out["one_list_per_folder"]
+    assert out["object_requests_before_first_batch"] == 0
+    assert out["no_object_requests_before_first_batch"]
+    # the first batch reads objects (at least the 32 it decodes)
+    assert out["object_requests_in_first_batch"] >= 32
+    assert 0 < out["factory_sec"] <= out["total_sec"]
+    assert out["requests_before_first_batch"] == (out["lists_before_first_batch"]
+                                                  + out["probes_before_first_batch"])
+    assert "folder listings" in proc.stdout
