@@ -410,9 +410,11 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         num_classes = num_classes or records.num_classes or 0
         label_spec = (records.label_dtype, records.label_shape)
     if has_labels and opts.label_mode == "binary" and num_classes != 2:
+        shown = list(class_names or [])
+        shown = shown if len(shown) <= 10 else shown[:10] + [f"... {len(shown) - 10} more"]
         raise ValueError(
             "`label_mode='binary'` needs exactly 2 classes; found "
-            f"{num_classes}. Received: label_mode='binary', class_names={class_names!r}")
+            f"{num_classes}. Received: label_mode='binary', class_names={shown!r}")
     if idx is not None and idx.errors:
         bad = idx.bad
         logging.warning("pipeline: %d of %d file(s) are bad at index time (%s ...); "
@@ -556,7 +558,9 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             opts.prefetch_to_device, buffer_size=max(opts.prefetch, 1)))
 
     ds.class_names = list(class_names) if class_names else None
-    ds.file_paths = list(idx.paths) if idx is not None else None
+    # As Keras: the files this dataset yields (with input_context: this pipeline's share).
+    ds.file_paths = (list(idx.paths[opts.pipeline_id::opts.num_pipelines]) if idx is not None
+                     else None)
     ds.cache_estimate_bytes = cache_estimate
     ds.pipeline_built = Built(source, opts, error_log, num_classes, subset_name)
     return ds

@@ -205,6 +205,14 @@ class ImageOptions:
 
 
 cpu_count = checks.cpu_count  # the cores this process may use (see pipeline.checks)
+# Arguments of keras.utils.image_dataset_from_directory named differently here.
+KERAS_EQUIVALENTS = {
+    "color_mode": "use channels=1 (grayscale), 3 (rgb) or 4 (rgba)",
+    "crop_to_aspect_ratio": "use resize='crop'",
+    "pad_to_aspect_ratio": "use resize='pad'",
+    "data_format": "images are always channels-last [batch, height, width, channels]",
+    "verbose": "the counts are logged (absl logging) and pipeline.scan reports them",
+}
 FIELDS = tuple(f.name for f in dataclasses.fields(ImageOptions))
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ImageOptions)}
 
@@ -270,7 +278,9 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
     """
     unknown = sorted(set(kw) - set(FIELDS))
     if unknown:
-        raise TypeError(f"Unknown option(s): {unknown}. Known options: {sorted(FIELDS)}")
+        hints = "".join(f" `{k}` is Keras' name: {KERAS_EQUIVALENTS[k]}." for k in unknown
+                        if k in KERAS_EQUIVALENTS)
+        raise TypeError(f"Unknown option(s): {unknown}.{hints} Known options: {sorted(FIELDS)}")
     o = {**DEFAULTS, **kw}
     r = checks.received
     checks.check_choice("label_mode", o["label_mode"], LABEL_MODES)
@@ -372,6 +382,14 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
             f"address) too. Received: processing_mode={o['processing_mode']!r}, service=None")
     if o["job_name"] is not None and not isinstance(o["job_name"], str):
         raise ValueError(f"`job_name` must be None or a str. {r('job_name', o['job_name'])}")
+    if o["job_name"] is not None and not o["service"]:
+        raise ValueError("`job_name` names a tf.data service job: pass `service=` (the "
+                         f"dispatcher address) too. {r('job_name', o['job_name'])}, service=None")
+    if ctx is not None and o["batch_size"] is not None and \
+            o["batch_size"] % getattr(ctx, "num_replicas_in_sync", 1):
+        raise ValueError(
+            "`batch_size` is the global batch with `input_context`: it must be divisible by "
+            f"the {ctx.num_replicas_in_sync} replicas in sync. {r('batch_size', o['batch_size'])}")
     aug = o["augment"]
     if aug is not None and not isinstance(aug, Augment):
         raise ValueError(f"`augment` must be None or a pipeline.Augment. {r('augment', aug)}")

@@ -589,7 +589,8 @@ class Decoder:
         def bad():
             reason = tf.strings.format("header claims {}x{} pixels > max_pixels={}",
                                        (w, h, self.max_pixels))
-            first = tf.strings.reduce_join(tf.strings.as_string(head[:8]), separator=" ")
+            n = tf.minimum(8, tf.strings.length(contents))  # no made-up zero padding
+            first = tf.strings.reduce_join(tf.strings.as_string(head[:n]), separator=" ")
             unknown = tf.where(tf.equal(tf.strings.length(contents), 0), "empty file (0 bytes)",
                                tf.strings.join(["not an image (first bytes ", first, ")"]))
             return self.placeholder(), tf.where(fmt == _F.UNKNOWN, unknown, reason)
@@ -613,8 +614,19 @@ class Decoder:
         # Formats past BMP: WebP by TensorFlow's own op where it exists, the
         # rest (and WebP otherwise) through ``_optional``.
         if self.core_webp:
-            branches.append(other(lambda: (to_channels(tf.io.decode_webp(contents)[0], c),
-                                           tf.constant(""))))
+            # tf.io.decode_webp corrupts the heap on animated WebP (TensorFlow 2.21: the
+            # process aborts with "free(): corrupted unsorted chunks"): those take the
+            # Pillow fallback (its first frame), or are refused without Python.
+            def webp():
+                still = lambda: to_channels(tf.io.decode_webp(contents)[0], c)
+                animated = webp_is_animated(head)
+                if self.fallback:
+                    return tf.cond(animated, lambda: self._fallback(contents), still), \
+                        tf.constant("")
+                return tf.cond(animated, self.placeholder, still), tf.where(
+                    animated, _NO_FALLBACK % "an animated WebP (TensorFlow's WebP decoder "
+                    "crashes on it)", "")
+            branches.append(other(webp))
         branches.append(other(lambda: self._optional(contents, fmt, head)))
         branches.append(bad)
         first_optional = len(branches) - 2

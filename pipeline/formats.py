@@ -64,8 +64,8 @@ def sniff_bytes(head: bytes) -> Optional[str]:
 
 
 def describe_start(head: bytes) -> str:
-    """The reason for bytes that match no signature."""
-    return f"not an image (starts with {bytes(head[:8])!r})"
+    """The reason for bytes that match no signature (the same words as in graph)."""
+    return f"not an image (first bytes {' '.join(str(b) for b in bytes(head[:8]))})"
 
 
 def from_extension(path: str) -> Optional[str]:

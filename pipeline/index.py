@@ -123,8 +123,9 @@ def _check_int_labels(labels, class_names) -> np.ndarray:
                 "per path; multi-label and float targets come from from_manifest). "
                 f"{checks.received(f'labels[{i}]', v)}")
         if v < 0 or (class_names is not None and v >= len(class_names)):
-            bound = f"< len(class_names)={len(class_names)}" if class_names is not None else ""
-            raise ValueError(f"`labels` must be class indices >= 0 {bound}. "
+            bound = (f" and < len(class_names)={len(class_names)}" if class_names is not None
+                     else "")
+            raise ValueError(f"`labels` must be class indices >= 0{bound}. "
                              f"{checks.received(f'labels[{i}]', v)}")
     return np.asarray(labels, np.int64)
 
@@ -216,6 +217,9 @@ def index_directory(directory, labels="inferred", class_names=None,
         ValueError: not a folder, no class folders, an unknown class name,
             bad labels, or no images.
     """
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ValueError("`directory` must be a folder path (str or PathLike) or a URI. "
+                         f"{checks.received('directory', directory)}")
     directory = os.fspath(directory)
     remote = read.is_remote(directory)
     if remote:
@@ -291,6 +295,17 @@ def index_paths(paths, labels=None, class_names=None) -> Index:
         raise ValueError(
             "`paths` must be a list of file paths, not a single path; use "
             f"from_directory for a folder. Received: paths={paths!r}")
+    try:
+        bad = next((i, p) for i, p in enumerate(paths)
+                   if not isinstance(p, (str, bytes, os.PathLike)))
+    except TypeError:
+        raise ValueError(f"`paths` must be a list of file paths. "
+                         f"{checks.received('paths', paths)}") from None
+    except StopIteration:
+        bad = None
+    if bad is not None:
+        raise ValueError("`paths` must hold file paths (str or PathLike). "
+                         f"{checks.received(f'paths[{bad[0]}]', bad[1])}")
     paths = [os.fspath(p) if not isinstance(p, bytes) else p.decode() for p in paths]
     if not paths:
         raise ValueError("`paths` is empty. Received: paths=[]")

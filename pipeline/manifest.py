@@ -103,7 +103,7 @@ def _resolve(raw: str, root: str, allow_outside_root: bool, where: str) -> str:
 
 def _parse_number(value, where, column, want_int=False):
     if isinstance(value, bool):
-        raise ManifestError(f"{where}: cannot parse label {value!r} in column {column!r}")
+        raise ManifestError(f"{where}: cannot parse value {value!r} in column {column!r}")
     if isinstance(value, (int, float)):
         v = value
     else:
@@ -111,14 +111,14 @@ def _parse_number(value, where, column, want_int=False):
             v = float(str(value).strip())
         except ValueError:
             raise ManifestError(
-                f"{where}: cannot parse label {value!r} in column {column!r} as a "
+                f"{where}: cannot parse value {value!r} in column {column!r} as a "
                 "number") from None
     if not math.isfinite(v):
-        raise ManifestError(f"{where}: label {value!r} in column {column!r} is not finite")
+        raise ManifestError(f"{where}: value {value!r} in column {column!r} is not finite")
     if want_int:
         if v != int(v):
             raise ManifestError(
-                f"{where}: label {value!r} in column {column!r} is not an integer")
+                f"{where}: value {value!r} in column {column!r} is not an integer")
         return int(v)
     return float(v)
 
@@ -197,12 +197,21 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
             label_columns = ["label"] if "label" in row else []
             auto_label = False
         needed = [path_column] + label_columns + ([weight_column] if weight_column else [])
-        missing = [c for c in needed if c not in row or row[c] is None]
-        if missing:
-            raise ManifestError(f"{where}: missing column(s) {missing}; the row has "
+        if None in row:  # csv.DictReader puts fields beyond the header under None
+            raise ManifestError(f"{where}: {len(row[None])} more field(s) than the header has "
+                                f"({row[None]!r})")
+        absent = [c for c in needed if c not in row]
+        if absent:
+            raise ManifestError(f"{where}: missing column(s) {absent}; the row has "
                                 f"{sorted(k for k in row if k is not None)}")
+        empty = [c for c in needed if row[c] is None]
+        if empty:
+            raise ManifestError(f"{where}: no value in column(s) {empty} (a short row, or null)")
         raw = row[path_column]
-        raw = "" if raw is None else str(raw).strip()
+        if not isinstance(raw, str):
+            raise ManifestError(f"{where}: the path in column {path_column!r} must be a string, "
+                                f"got {raw!r}")
+        raw = raw.strip()
         if not raw:
             raise ManifestError(f"{where}: empty path in column {path_column!r}")
         paths.append(_resolve(raw, root, allow_outside_root, where))
@@ -305,6 +314,12 @@ def _labels(raw_labels, label_columns, label_mode, class_names):
         where = next(w for w, v in cells if _cell_kind(v) == "list")
         raise ManifestError(f"{where}: a multi-label cell needs label_mode='multi_hot'. "
                             f"Received: label_mode={label_mode!r}")
+    if "float" in kinds and class_names is None:
+        where, v = next((w, v) for w, v in cells if _cell_kind(v) == "float")
+        raise ManifestError(
+            f"{where}: label {v!r} in column {column!r} is a fractional number, not an integer "
+            f"class index; use label_mode='float' for regression targets. "
+            f"Received: label_mode={label_mode!r}")
     if kinds == {"int"} and class_names is None:
         labels = [_parse_number(v, where, column, want_int=True) for where, v in cells]
         bad = next(((w, v) for (w, _), v in zip(cells, labels) if v < 0), None)

@@ -114,17 +114,17 @@ def test_root_and_outside_root(data, tmp_path):
 
 @pytest.mark.parametrize("content,kwargs,exc,pattern", [
     ("path,label\nimgs/a/f0.png,1\nimgs/b/f1.png\n", {}, ValueError,
-     r"m.csv, line 3: missing column\(s\) \['label'\]"),
+     r"m.csv, line 3: no value in column\(s\) \['label'\]"),
     ("file,label\nimgs/a/f0.png,1\n", {}, ValueError, r"line 2: missing column\(s\) \['path'\]"),
     ("path,label\nimgs/a/f0.png,1\n ,2\n", {}, ValueError, "line 3: empty path"),
     ("path,label\nimgs/a/f0.png,1\nimgs/b/f1.png,abc\n", {"label_mode": "float"}, ValueError,
-     r"line 3: cannot parse label 'abc' in column 'label' as a number"),
+     r"line 3: cannot parse value 'abc' in column 'label' as a number"),
     ("path,label\nimgs/a/f0.png,1\nimgs/b/f1.png,\n", {}, ValueError,
      "line 3: empty label in column 'label'"),
     ("path,label\nimgs/a/f0.png,1\nimgs/a/nope.png,0\n", {}, FileNotFoundError,
      r"line 3: file not found: .*nope.png"),
     ("path,label,w\nimgs/a/f0.png,1,x\n", {"weight_column": "w"}, ValueError,
-     "line 2: cannot parse label 'x' in column 'w'"),
+     "line 2: cannot parse value 'x' in column 'w'"),
 ])
 def test_errors_name_the_line(data, content, kwargs, exc, pattern):
     root, _ = data

@@ -109,3 +109,50 @@ def test_labels_length_must_match(tree):
         pipeline.from_directory(tree, labels=[0, 1])
     with pytest.raises(ValueError, match="paths"):
         pipeline.from_paths("one/path.jpg")
+
+
+def test_found_by_the_fresh_eyes_user(tmp_path):
+    """Bad arguments name the argument; Keras' names point to ours; options that need
+    another one are refused; file_paths is this pipeline's share."""
+    import tensorflow as tf
+    from PIL import Image
+    root = tmp_path / "d" / "a"
+    root.mkdir(parents=True)
+    for k in range(4):
+        Image.new("RGB", (4, 4), (k, 0, 0)).save(root / f"{k}.png")
+    for bad in (None, 123):
+        with pytest.raises(ValueError, match=r"`directory` must be .*Received: directory="):
+            pipeline.from_directory(bad)
+    with pytest.raises(ValueError, match=r"Received: paths\[1\]=None"):
+        pipeline.from_paths([str(root / "0.png"), None])
+    with pytest.raises(TypeError, match=r"`color_mode` is Keras' name: use channels=1"):
+        pipeline.from_directory(str(tmp_path / "d"), color_mode="grayscale")
+    with pytest.raises(TypeError, match=r"`crop_to_aspect_ratio` is Keras' name: use resize='crop'"):
+        pipeline.from_directory(str(tmp_path / "d"), crop_to_aspect_ratio=True)
+    with pytest.raises(ValueError, match=r"`job_name` names a tf.data service job"):
+        pipeline.from_directory(str(tmp_path / "d"), job_name="x")
+    ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
+                                     num_replicas_in_sync=2)
+    with pytest.raises(ValueError, match=r"divisible by the 2 replicas.*Received: batch_size=3"):
+        pipeline.from_directory(str(tmp_path / "d"), batch_size=3, input_context=ctx)
+    ds = pipeline.from_directory(str(tmp_path / "d"), batch_size=2, input_context=ctx,
+                                 image_size=(4, 4), shuffle=False)
+    assert ds.file_paths == [str(root / "1.png"), str(root / "3.png")]
+    assert sorted(int(x[0, 0, 0]) for x, _ in ds.unbatch()) == [1, 3]
+
+
+def test_manifest_messages(tmp_path):
+    from PIL import Image
+    Image.new("RGB", (4, 4)).save(tmp_path / "x.png")
+    cases = [("path,label\nx.png,0.5\n", "is a fractional number, not an integer class index"),
+             ("path,label\nx.png\n", r"no value in column\(s\) \['label'\]"),
+             ("path,label\nx.png,0,9\n", r"1 more field\(s\) than the header has")]
+    for k, (text, msg) in enumerate(cases):
+        m = tmp_path / f"m{k}.csv"
+        m.write_text(text)
+        with pytest.raises(ValueError, match=msg):
+            pipeline.from_manifest(str(m), label_mode="int")
+    j = tmp_path / "m.jsonl"
+    j.write_text('{"path": 5, "label": 0}\n')
+    with pytest.raises(ValueError, match=r"the path in column 'path' must be a string, got 5"):
+        pipeline.from_manifest(str(j))
