@@ -499,7 +499,9 @@ class Augment:
         data_format                 only "channels_last" (or None)
         ==========================  =============================================
 
-        Pass ``**aug.factory_options`` to the dataset factory beside
+        The image factories apply ``aug.factory_options`` themselves when given
+        ``augment=aug`` (an explicit option that contradicts one is refused);
+        or pass ``**aug.factory_options`` to the dataset factory beside
         ``augment=aug``.
 
         Left out (a ValueError when set to anything but their off value):

@@ -263,6 +263,13 @@ def _check_dtype(dtype):
     return dtype
 
 
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - e.g. arrays: not the same
+        return False
+
+
 def make_options(factory: str = "", **kw) -> ImageOptions:
     """Validates keyword options once and returns an ``ImageOptions``.
 
@@ -281,8 +288,20 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
         hints = "".join(f" `{k}` is Keras' name: {KERAS_EQUIVALENTS[k]}." for k in unknown
                         if k in KERAS_EQUIVALENTS)
         raise TypeError(f"Unknown option(s): {unknown}.{hints} Known options: {sorted(FIELDS)}")
-    o = {**DEFAULTS, **kw}
     r = checks.received
+    extra = getattr(kw.get("augment"), "factory_options", None)
+    if isinstance(kw.get("augment"), Augment) and extra:
+        # Augment.from_image_data_generator maps rescale / dtype / validation_split to
+        # factory options: applied here, so that augment=aug alone does what it said.
+        clash = sorted(k for k, v in extra.items() if k in kw and kw[k] is not v
+                       and not _same(kw[k], v))
+        if clash:
+            raise ValueError(
+                f"`augment` (from ImageDataGenerator arguments) sets {clash}, and the call "
+                f"sets them otherwise. {r(clash[0], kw[clash[0]])}, augment sets "
+                f"{extra[clash[0]]!r}")
+        kw = {**extra, **kw}
+    o = {**DEFAULTS, **kw}
     checks.check_choice("label_mode", o["label_mode"], LABEL_MODES)
     if factory in ONE_CLASS_FACTORIES and o["label_mode"] not in ONE_CLASS_LABEL_MODES:
         raise ValueError(

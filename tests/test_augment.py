@@ -271,3 +271,25 @@ def test_ops_are_stateless_in_graph():
     assert not ops & stateful, ops & stateful
     assert "ImageProjectiveTransformV3" in ops
     assert math.isfinite(1.0)
+
+
+def test_image_data_generator_factory_options_apply_with_augment_alone(tmp_path):
+    """Found by a fresh-eyes user: rescale / validation_split mapped from
+    ImageDataGenerator arguments were silently ignored unless **factory_options was
+    also passed."""
+    import os
+    from PIL import Image
+    os.makedirs(tmp_path / "a")
+    for k in range(10):
+        Image.new("RGB", (4, 4), (200, 0, 0)).save(tmp_path / "a" / f"{k}.png")
+    aug = pipeline.Augment.from_image_data_generator(rescale=1 / 255., horizontal_flip=True)
+    x, _ = next(iter(pipeline.from_directory(str(tmp_path), image_size=(4, 4), augment=aug)))
+    assert x.dtype == tf.float32 and abs(float(x[0, 0, 0, 0]) - 200 / 255) < 1e-6
+    aug = pipeline.Augment.from_image_data_generator(validation_split=0.2)
+    with pytest.raises(ValueError, match="needs `subset`"):
+        pipeline.from_directory(str(tmp_path), image_size=(4, 4), augment=aug)
+    tr = pipeline.from_directory(str(tmp_path), image_size=(4, 4), augment=aug, subset="training")
+    assert len(tr.file_paths) == 8
+    with pytest.raises(ValueError, match=r"augment.*sets \['validation_split'\]"):
+        pipeline.from_directory(str(tmp_path), image_size=(4, 4), augment=aug,
+                                validation_split=0.5, subset="training")
