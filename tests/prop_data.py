@@ -205,7 +205,7 @@ def make_corpus(base: str, shards=(1, 2, 3)) -> Corpus:
     for tree, root in (("clean", clean), ("bad", bad)):
         for k in shards:
             out = os.path.join(base, f"shards_{tree}_{k}")
-            pipeline.write_tfrecords(root, out, num_shards=k, progress=False)
+            pipeline.write_tfrecords(root, out, num_shards=k, shuffle=False, progress=False)
             corpus.shards[(tree, k)] = out
     return corpus
 
