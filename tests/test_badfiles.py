@@ -320,3 +320,25 @@ def test_low_bit_depth_png_alpha_is_opaque(tmp_path):
         assert got.shape == (8, 8, 4) and (got[..., 3] == 255).all(), p
         assert np.array_equal(got, ref), p
 
+
+
+@pytest.mark.parametrize("order", ["decoder_failure_first", "header_bomb_first"])
+def test_raise_names_the_first_bad_file_in_order(tmp_path, order):
+    """Found by a fresh-eyes user: in raise mode with shuffle=False, a file whose
+    decoder raised was named before an earlier file refused from its header."""
+    good = [str(tmp_path / f"g{k}.png") for k in range(3)]
+    for k, p in enumerate(good):
+        Image.new("RGB", (4, 4), (k, 0, 0)).save(p)
+    trunc = str(tmp_path / "trunc.png")
+    open(trunc, "wb").write(open(good[0], "rb").read()[:40])          # the decoder raises
+    bomb = str(tmp_path / "bomb.png")
+    data = bytearray(open(good[0], "rb").read())
+    data[16:24] = struct.pack(">II", 60000, 60000)                    # refused from IHDR
+    open(bomb, "wb").write(bytes(data))
+    first, second = (trunc, bomb) if order == "decoder_failure_first" else (bomb, trunc)
+    ds = pipeline.from_paths([good[0], first, good[1], second, good[2]], image_size=(4, 4),
+                             batch_size=8, shuffle=False)
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+        list(ds)
+    msg = e.value.message
+    assert f"cannot load file {first} " in msg and second not in msg, msg
