@@ -405,6 +405,7 @@ def _check_config(corpus, cfg, cache_dir):
 
     # which files each subset holds
     expected: Dict[str, List[int]] = {}
+    full: Dict[str, List[str]] = {}  # every input pipeline's file_paths, interleaved
     holds_bad: Dict[str, bool] = {}
     for name in names:
         # Each input pipeline lists its own share (the files it yields, as Keras'
@@ -424,22 +425,23 @@ def _check_config(corpus, cfg, cache_dir):
         ids = [corpus.id_of_path(p) for p in fps]
         expected[name] = [i for i in ids if i is not None]
         holds_bad[name] = None in ids
+        full[name] = fps
         if cfg.split is None:
             assert sorted(map(os.path.basename, fps)) == sorted(map(os.path.basename,
                                                                     src_paths))
     if cfg.split is not None:
         n = len(src_paths)
-        n_val = int(round(n * cfg.split))
+        n_val = int(n * cfg.split)  # Keras' rule: int(), not round()
         if cfg.subset == "both":
-            tr, va = builds[0]["training"].file_paths, builds[0]["validation"].file_paths
+            tr, va = full["training"], full["validation"]
             assert not set(tr) & set(va), "training and validation share files"
             assert sorted(map(os.path.basename, tr + va)) == sorted(
                 map(os.path.basename, src_paths))
             assert len(va) == n_val, (len(va), n_val)
         elif cfg.subset == "validation":
-            assert len(builds[0]["validation"].file_paths) == n_val
+            assert len(full["validation"]) == n_val
         else:
-            assert len(builds[0]["training"].file_paths) == n - n_val
+            assert len(full["training"]) == n - n_val
 
     epochs = {name: [[read_epoch(b[name], cfg) for b in builds] for _ in range(2)]
               for name in names}
