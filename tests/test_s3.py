@@ -116,6 +116,7 @@ def test_not_found_hints(monkeypatch):
     assert read.hint(RuntimeError("gone"), "/local/x") == "gone"
 
 
+@pytest.mark.needs_tfio
 def test_s3_startup_benchmark_lists_per_folder_no_object_requests(tmp_path):
     """benchmarks/s3_startup.py, tiny: 200 objects in 10 folders. Before the first
     batch, one folder listing per folder and no per-object request (HEAD or GET),
