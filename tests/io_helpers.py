@@ -40,3 +40,16 @@ def collect(ds):
         for o, p in zip(out, parts):
             o.extend(list(p))
     return out
+
+
+def png_claiming(w, h):
+    """A valid-looking PNG whose IHDR claims w x h pixels (tiny IDAT): a bomb header."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(
+            ">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) +
+            chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b""))

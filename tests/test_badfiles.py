@@ -13,6 +13,7 @@ import tensorflow as tf
 from PIL import Image
 
 import pipeline
+from io_helpers import png_claiming
 from conftest import flatten, index_values, solid
 
 
@@ -28,14 +29,6 @@ def _png_bytes(value, size=(20, 16)):
     return buf.getvalue()
 
 
-def _png_claiming(w, h):
-    """A valid-looking PNG whose IHDR claims w x h (tiny IDAT)."""
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(
-            ">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) +
-            chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b""))
 
 
 def _jpeg_claiming(w, h):
@@ -86,7 +79,7 @@ FAULTS = {
     "noiend.png": (_png_bytes(90)[:-12], "IEND"),
     # IEND intact: the reason must not claim truncation (fresh-eyes finding)
     "corrupt_mid.png": (_corrupt_middle(_png_bytes(100, (64, 64))), "corrupt PNG"),
-    "bomb.png": (_png_claiming(100000, 100000), "max_pixels"),
+    "bomb.png": (png_claiming(100000, 100000), "max_pixels"),
     "bomb.jpg": (_jpeg_claiming(65000, 65000), "max_pixels"),
     "bomb.gif": (_gif_claiming(65000, 65000), "max_pixels"),
     "bomb.bmp": (_bmp_claiming(70000, 70000), "max_pixels"),

@@ -17,19 +17,12 @@ import numpy as np
 from PIL import Image
 
 import pipeline
+from io_helpers import png_claiming
 
 N_LINKS = 10_000
 CLASSES = 10
 
 
-def _png_claiming(w, h):
-    """A valid-looking PNG whose IHDR claims w x h (tiny IDAT): a bomb header."""
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(
-            ">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) +
-            chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b""))
 
 
 def _tree(root):
@@ -51,7 +44,7 @@ def _tree(root):
         os.link(sources[i % 4], dst)
         good.append(dst)
     bomb = tree / "c03" / "bomb.png"
-    bomb.write_bytes(_png_claiming(60000, 60000))
+    bomb.write_bytes(png_claiming(60000, 60000))
     # EXIF orientation 6 (rotate 90 degrees clockwise to display): stored 32 wide x 16
     # tall, left half black, right half white -> displayed 16 x 32, top black, bottom white.
     stored = np.zeros((16, 32, 3), np.uint8)
