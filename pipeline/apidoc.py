@@ -3,8 +3,9 @@
     python -m pipeline.apidoc            # rewrite docs/api.md
     python -m pipeline.apidoc --check    # exit 1 when docs/api.md is out of date
 
-The reference covers every name in ``pipeline.__all__`` and the public
-functions of ``pipeline.compat`` and ``pipeline.sample``: each one's signature
+The reference covers every name in ``pipeline.__all__`` (with the factories'
+element table from ``pipeline.sources``) and the public functions of
+``pipeline.compat`` and ``pipeline.sample``: each one's signature
 and docstring, verbatim. A test compares the file with ``generate()``, so the
 reference cannot drift from the code: change a docstring, then run this.
 """
@@ -68,7 +69,7 @@ def _module_functions(module) -> List[str]:
 def generate() -> str:
     """The text of ``docs/api.md``."""
     import pipeline
-    from pipeline import compat, sample
+    from pipeline import compat, sample, sources
 
     out = [HEADER, "## Contents", ""]
     sections = [("pipeline", pipeline, [n for n in pipeline.__all__
@@ -83,6 +84,10 @@ def generate() -> str:
         doc = inspect.getdoc(module)
         if doc:
             out += ["```text", doc, "```", ""]
+        if module is pipeline:  # the factories' element table (pipeline.sources)
+            table = inspect.getdoc(sources).split("Returned elements", 1)[1]
+            out += ["## Returned elements (every factory)", "", "```text",
+                    "Returned elements" + table, "```", ""]
         for n in names:
             out += _entry(f"{title}.{n}", getattr(module, n))
     return "\n".join(out).rstrip() + "\n"

@@ -60,7 +60,8 @@ _define(flags.DEFINE_list, "compare", ["keras"], "Candidates to run beside pipel
         "generator, in_memory, decode_limit (pipeline/candidates.py).", ["bench"])
 _define(flags.DEFINE_integer, "sample_images", 512, "Images in the built-in sample (when "
         "no --data_dir).", ["bench"])
-_define(flags.DEFINE_integer, "seed", 0, "Shuffle seed.", ["bench"])
+_define(flags.DEFINE_integer, "seed", 0, "bench: the shuffle seed; convert: the seed of the "
+        "written order (with --shuffle).", ["bench", "convert"])
 _define(flags.DEFINE_string, "on_error", "raise", "pipeline's on_error: 'raise' or 'skip'.",
         ["bench"])
 _define(flags.DEFINE_float, "max_spread", 0.25, "Spread (max-min)/median above which a "
@@ -79,6 +80,9 @@ _define(flags.DEFINE_bool, "follow_links", False, "Follow linked folders (loop-s
 _define(flags.DEFINE_integer, "num_shards", None, "Shards to write (default: ~1 per "
         "128 MiB).", ["convert"])
 _define(flags.DEFINE_integer, "num_workers", None, "Writer threads.", ["convert"])
+_define(flags.DEFINE_bool, "shuffle", True, "Write the rows in a seeded random order "
+        "(--seed), so that shards do not keep classes together; --noshuffle keeps the "
+        "index order.", ["convert"])
 _define(flags.DEFINE_string, "path_column", None, "Manifest path column.", ["convert"])
 _define(flags.DEFINE_list, "label_columns", None, "Manifest label column(s).", ["convert"])
 _define(flags.DEFINE_string, "root", None, "Manifest root for relative paths.", ["convert"])
@@ -104,6 +108,8 @@ _define(flags.DEFINE_integer, "heartbeat_interval_ms", None, "worker: heartbeat 
 # shared
 _define(flags.DEFINE_string, "json_out", None, "Also write the result as JSON to this file.",
         ["bench", "scan", "doctor"])
+_define(flags.DEFINE_bool, "json", False, "Print the report as JSON instead of aligned "
+        "lines.", ["doctor"])
 _define(flags.DEFINE_bool, "progress", True, "Show tqdm progress bars (stderr).",
         ["bench", "scan", "convert"])
 
@@ -302,8 +308,9 @@ def cmd_convert(argv: List[str]) -> int:
           if getattr(FLAGS, k)}
     if FLAGS.allow_outside_root:
         kw["allow_outside_root"] = True
-    meta = shards.write_tfrecords(argv[1], argv[2], FLAGS.num_shards, progress=FLAGS.progress,
-                          num_workers=FLAGS.num_workers, **kw)
+    meta = shards.write_tfrecords(argv[1], argv[2], FLAGS.num_shards, shuffle=FLAGS.shuffle,
+                                  seed=FLAGS.seed, progress=FLAGS.progress,
+                                  num_workers=FLAGS.num_workers, **kw)
     print(json.dumps({k: meta[k] for k in ("num_examples", "class_names", "shards")}))
     return 0
 
@@ -358,10 +365,11 @@ def basic_stack() -> dict:
     return out
 
 
-@command("doctor", f"{PROG} doctor [--json_out=FILE]",
-         "Prints the installed stack: Python, TensorFlow, Keras, numpy, tensorflow-io, "
-         "Pillow and the CPUs (pipeline.stack.doctor() where available).",
-         title="print the installed stack (versions, CPUs)")
+@command("doctor", f"{PROG} doctor [--json] [--json_out=FILE]",
+         "Prints the installed stack, one fact per aligned line: Python, TensorFlow, Keras, "
+         "numpy, tensorflow-io (and whether its ops load), Pillow, the decoders, the "
+         "filesystems, TensorFlow's C++ log level, the CPUs and the decode parallelism.",
+         title="print the installed stack (versions, decoders, CPUs)")
 def cmd_doctor(argv: List[str]) -> int:
     if len(argv) != 1:
         raise usage_error(f"doctor takes no positional arguments. Received: {argv[1:]!r}")
@@ -371,11 +379,14 @@ def cmd_doctor(argv: List[str]) -> int:
         if e.name != "pipeline.stack":
             raise
         stack = None
-    doctor = getattr(stack, "doctor", None)
-    info = doctor() if doctor is not None else basic_stack()
-    width = max((len(str(k)) for k in info), default=0)
-    for k, v in info.items():
-        print(f"{str(k):<{width}}  {v}")
+    if stack is not None:
+        info = stack.doctor()
+        text = stack.format_doctor(info)
+    else:
+        info = basic_stack()
+        width = max((len(str(k)) for k in info), default=0)
+        text = "\n".join(f"{str(k):<{width}}  {v}" for k, v in info.items())
+    print(json.dumps(info, indent=2, default=str) if FLAGS.json else text)
     _write_json(FLAGS.json_out, info)
     return 0
 
