@@ -217,6 +217,21 @@ def test_gpu_saturation_small_model(photos, tmp_path):
         out["pipeline_images_per_sec"] / out["synthetic_images_per_sec"])
 
 
+def test_gpu_saturation_smoke_flag(photos, tmp_path):
+    """``--smoke`` (small model, 32x32, batch 8, 3 timed steps) over ``--num_images``
+    photos symlinked into a temporary tree (10 class folders)."""
+    _run("gpu_saturation.py", "--smoke", f"--data_dir={photos}", "--num_images=16",
+         f"--json_out={tmp_path / 'smoke.json'}")
+    out = _load(tmp_path, "smoke")
+    assert out["smoke"] is True and out["model"] == "small"
+    assert (out["image_size"], out["batch_size"], out["steps"], out["warmup"],
+            out["repeats"]) == (32, 8, 3, 1, 1)
+    assert out["num_files"] == 16 and out["num_classes"] == 10
+    assert [len(v) for v in out["runs_images_per_sec"].values()] == [1, 1]
+    assert out["ratio"] == pytest.approx(
+        out["pipeline_images_per_sec"] / out["synthetic_images_per_sec"])
+
+
 def test_tfrecord_vs_files(photos, tmp_path):
     out_path = tmp_path / "rec.json"
     _run("tfrecord_vs_files.py", f"--data_dir={photos}", f"--num_images={N}", "--num_shards=2",
