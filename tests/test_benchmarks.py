@@ -40,7 +40,9 @@ def photos(tmp_path_factory):
 def _run(script, *args, timeout=240):
     r = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", script), *args],
                        capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3"))
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join(
+                           [REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                     if p])))
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     return r.stdout
 
