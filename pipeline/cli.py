@@ -6,7 +6,8 @@ package reads absl flags). Commands:
   bench     throughput, time to first batch and peak RSS, side by side with
             peers (default: keras.utils.image_dataset_from_directory),
             alternated, medians and spread. With no --data_dir: the built-in
-            sample of generated JPEGs.
+            sample of generated JPEGs. --profile: per-stage costs; --plan: a
+            capacity plan (cores and tf.data service workers for a rate).
   scan      one parallel pass over a folder / manifest / path list: counts per
             class and format, sizes, extension mismatches, bad files.
   convert   write TFRecord shards (encoded bytes + label + path).
@@ -69,7 +70,19 @@ _define(flags.DEFINE_float, "max_spread", 0.25, "Spread (max-min)/median above w
 _define(flags.DEFINE_bool, "profile", False, "Instead of peers, profile pipeline's stages "
         "(read, decode, resize, batch) and name the bottleneck.", ["bench"])
 _define(flags.DEFINE_float, "target_images_per_sec", None, "With --profile: consumption "
-        "rate to compare with (images/s).", ["bench"])
+        "rate to compare with (images/s). With --plan (required): the rate to feed, all "
+        "accelerators together (e.g. 8 GPUs x 7000 = 56000).", ["bench"])
+_define(flags.DEFINE_bool, "plan", False, "Instead of peers, a capacity plan: measure "
+        "pipeline's cost per image (images per CPU-second) on these files and options, then "
+        "print the cores and tf.data service workers of --worker_cores cores needed to feed "
+        "--target_images_per_sec.", ["bench"])
+_define(flags.DEFINE_integer, "worker_cores", 8, "With --plan: cores per tf.data service "
+        "worker.", ["bench"])
+_define(flags.DEFINE_float, "headroom", 1.25, "With --plan: spare capacity factor (>= 1; "
+        "1.25 plans 25% more than the target).", ["bench"])
+_define(flags.DEFINE_bool, "augment", False, "With --plan: measure train mode "
+        "(Augment(random_resized_crop=True, horizontal_flip=True)) instead of eval.",
+        ["bench"])
 _define(flags.DEFINE_string, "profile_dir", None, "With --profile: write a TensorBoard "
         "profiler trace here.", ["bench"])
 # scan, convert
@@ -178,8 +191,11 @@ def _positive(name: str) -> None:
          "subprocess, alternated --repeats times; medians and spread (min-max) printed, "
          "and a line when the spread is too wide to trust.",
          notes="The optional peers (torch, TF1 queue runners, Keras PyDataset, legacy "
-               "ImageDataGenerator) are in benchmarks/candidates.py: run "
-               "benchmarks/peers.py for them.",
+               "ImageDataGenerator, NVIDIA DALI) are in benchmarks/candidates.py: run "
+               "benchmarks/peers.py for them. --profile: per-stage costs and the bottleneck "
+               "instead. --plan --target_images_per_sec=N [--worker_cores=8] [--augment]: "
+               "a capacity plan instead (cores and tf.data service workers to feed N "
+               "images/s, from the measured images per CPU-second; pipeline.capacity).",
          title="images/s, images per CPU-second, first batch, peak RSS beside peers")
 def cmd_bench(argv: List[str]) -> int:
     from pipeline import bench
@@ -200,9 +216,34 @@ def cmd_bench(argv: List[str]) -> int:
     if unknown and not FLAGS.profile:
         raise usage_error(f"--compare: unknown candidate(s) {unknown}; known: "
                           f"{sorted(bench.CANDIDATES)}. Received: {FLAGS.compare!r}")
+    if FLAGS.plan:
+        if FLAGS.profile:
+            raise usage_error("--plan and --profile are separate reports: give one.")
+        if FLAGS.target_images_per_sec is None:
+            raise usage_error("--plan needs --target_images_per_sec (images/s to feed, e.g. "
+                              "56000 for 8 GPUs x 7000). Received: none")
+        _positive("target_images_per_sec")
+        _positive("worker_cores")
+        if FLAGS.headroom < 1:
+            raise usage_error(f"--headroom must be >= 1. Received: {FLAGS.headroom}")
     data_dir = sample.default_data_dir(FLAGS.data_dir, num_images=FLAGS.sample_images,
                                         shared=False)
     logging.info("pipeline bench: data in %s", data_dir)
+    if FLAGS.plan:
+        from pipeline import capacity
+        try:
+            cost = capacity.measure_cost(data_dir, size, FLAGS.batch_size, augment=FLAGS.augment,
+                                         epochs=FLAGS.epochs, repeats=FLAGS.repeats,
+                                         on_error=FLAGS.on_error, seed=FLAGS.seed,
+                                         progress=FLAGS.progress)
+        except ValueError as e:
+            raise usage_error(str(e))
+        plan = capacity.capacity_plan(FLAGS.target_images_per_sec, cost["images_per_cpu_sec"],
+                                      worker_cores=FLAGS.worker_cores, headroom=FLAGS.headroom,
+                                      measurement=cost)
+        print(plan.table())
+        _write_json(FLAGS.json_out, plan.to_dict())
+        return 0
     if FLAGS.profile:
         import pipeline
         report = pipeline.profile(
