@@ -168,7 +168,7 @@ class Stages:
 
     Picks the fast JPEG paths: with ``augment.random_resized_crop`` the crop
     window comes from the header and seed, and only it is decoded; with
-    ``resize="crop"`` the centre window likewise. Both give exactly the
+    ``resize="crop"`` or ``"center_crop"`` the centre window likewise. Both give exactly the
     pixels of ``fast_jpeg=False`` (decode whole, then crop), which turns them
     off. Augmentation runs here
     unless a cache sits in between (then after it, fresh each epoch).
@@ -186,10 +186,11 @@ class Stages:
             window = (lambda shape: aug.crop_window(shape, seed)) if fast else None
             image, reason = self.decoder.decode(contents, window_fn=window)
             return aug(image, seed, output_size=size, crop_done=window is not None), reason
-        if size is not None and opts.resize == "crop" and fast:
+        if size is not None and opts.resize in transform.WINDOW_MODES and fast:
             th, tw = size
+            window = transform.WINDOW_MODES[opts.resize]
             image, reason = self.decoder.decode(
-                contents, window_fn=lambda s: transform.center_crop_window(s[0], s[1], th, tw))
+                contents, window_fn=lambda s: window(s[0], s[1], th, tw))
             image = transform.resize(image, size, "stretch", opts.interpolation)
         else:
             # No reduced-scale (DCT) decoding (``target``): it is a different

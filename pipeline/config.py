@@ -22,7 +22,7 @@ from pipeline.augment import Augment
 
 LABEL_MODES = ("int", "categorical", "binary", "multi_hot", "float", None)
 ONE_CLASS_LABEL_MODES = ("int", "categorical", "binary", None)
-RESIZE_MODES = ("stretch", "crop", "pad")
+RESIZE_MODES = ("stretch", "crop", "pad", "center_crop")
 INTERPOLATIONS = (
     "bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5",
     "gaussian", "mitchellcubic",
@@ -57,8 +57,14 @@ class ImageOptions:
         image_size: (height, width) in pixels, default (256, 256); None keeps
             the native size (then ``batch_size`` must be None).
         resize: "stretch", "crop" (centre crop to the target aspect, as Keras'
-            ``crop_to_aspect_ratio``) or "pad" (letterbox with zeros; content
-            at least 1 px high and wide).
+            ``crop_to_aspect_ratio``), "pad" (letterbox with zeros; content
+            at least 1 px high and wide) or "center_crop" (the ImageNet
+            evaluation protocol of the reference ResNet: the centred window
+            of the target aspect, shrunk by ``s / (s + 32)`` where ``s`` is the
+            target's shorter side -- 224/256 at 224x224, as resizing the
+            shorter side to 256 and cropping 224 -- then resized; see
+            ``pipeline.transform.center_crop_window``). "crop" and
+            "center_crop" decode only their window of a JPEG.
         interpolation: a ``tf.image.resize`` method ("bilinear", "nearest",
             "bicubic", "area", "lanczos3", "lanczos5", "gaussian",
             "mitchellcubic").
