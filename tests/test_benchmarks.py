@@ -339,3 +339,16 @@ def test_startup(photos, tmp_path):
                                     "keras_peak_rss_mb"}
     assert out["targets"] == {}  # no target sizes in a tiny run
     assert "| files | pipeline factory |" in stdout and "index bytes per file" in stdout
+
+
+def test_decode_cost(photos, tmp_path):
+    stdout = _run("decode_cost.py", f"--data_dir={photos}", "--repeats=1", "--epochs=1",
+                  "--image_size=32", f"--json_out={tmp_path / 'd.json'}")
+    out = json.loads((tmp_path / "d.json").read_text())
+    c = out["candidates"]
+    assert set(c) == {"identity", "decode_jpeg", "decoder", "decoder_no_exif",
+                      "decode_jpeg+resize", "decoder+resize"}
+    assert out["images"] > 0 and all(v["min"] > 0 and v["runs"] == [v["min"]] for v in c.values())
+    # decoding costs more than the map machinery alone, whatever the machine's load
+    assert c["decode_jpeg"]["min"] > c["identity"]["min"]
+    assert "x decode_jpeg" in stdout
