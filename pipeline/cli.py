@@ -57,8 +57,9 @@ _define(flags.DEFINE_integer, "epochs", 2, "Epochs per candidate run.", ["bench"
 _define(flags.DEFINE_integer, "repeats", 5, "Runs per candidate, alternated round by round; "
         "medians and spread (min-max) reported.", ["bench"])
 _define(flags.DEFINE_list, "compare", ["keras"], "Candidates to run beside pipeline "
-        "(empty for none): pipeline_train, pipeline_train_nofast, keras, keras_aug, plain, "
-        "generator, in_memory, decode_limit (pipeline/candidates.py).", ["bench"])
+        "(empty for none): pipeline_train, pipeline_train_nofast, pipeline_center_crop, keras, "
+        "keras_crop, keras_aug, plain, generator, in_memory, decode_limit "
+        "(pipeline/candidates.py).", ["bench"])
 _define(flags.DEFINE_integer, "sample_images", 512, "Images in the built-in sample (when "
         "no --data_dir).", ["bench"])
 _define(flags.DEFINE_integer, "seed", 0, "bench: the shuffle seed; convert: the seed of the "
@@ -339,12 +340,15 @@ def cmd_scan(argv: List[str]) -> int:
                       ("OUT", "the output folder for the shards and their metadata")),
          title="write TFRecord shards")
 def cmd_convert(argv: List[str]) -> int:
-    from pipeline import shards
+    from pipeline import read, shards
 
     if len(argv) != 3:
         raise usage_error(f"convert takes SRC and OUT. Received: {argv[1:]!r}")
     _positive("num_shards")
     _positive("num_workers")
+    if read.exists(argv[2]) and not read.isdir(argv[2]):
+        raise usage_error(f"OUT must be a folder (new or existing); {argv[2]!r} is a file. "
+                          f"Received: OUT={argv[2]!r}")
     kw = {k: getattr(FLAGS, k) for k in ("path_column", "label_columns", "root")
           if getattr(FLAGS, k)}
     if FLAGS.allow_outside_root:
@@ -362,7 +366,7 @@ def cmd_convert(argv: List[str]) -> int:
          positionals=(("ROLE", "'dispatcher' or 'worker' (a worker needs "
                                "--dispatcher_address)"),),
          notes="Flags marked 'dispatcher:' or 'worker:' apply to that role only. See the "
-               "README's 'tf.data service' section for processing modes.",
+               "README's 'Scale out and resume' section for processing modes.",
          title="start a tf.data service dispatcher or worker")
 def cmd_service(argv: List[str]) -> int:
     from pipeline import distribute

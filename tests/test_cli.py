@@ -342,3 +342,25 @@ def test_convert_has_shuffle_and_seed_flags(tmp_path):
     assert sorted(orders["s0"]) == in_order and orders["s0"] != in_order
     assert orders["s0"] == orders["s0b"]               # the default seed is 0
     assert orders["s1"] != orders["s0"] and sorted(orders["s1"]) == in_order
+
+
+def test_convert_out_that_is_a_file_is_a_usage_error(tmp_path):
+    """Found by a fresh-eyes user: OUT naming an existing file gave a raw traceback (exit 1)."""
+    from conftest import solid
+    solid(str(tmp_path / "src" / "a" / "0.png"), 1)
+    out = tmp_path / "x.txt"
+    out.write_text("not a folder")
+    code, _, err = run_cli("convert", str(tmp_path / "src"), str(out), "--noprogress")
+    assert code == 2, err
+    assert "is a file" in err and "Traceback" not in err
+
+
+def test_bench_candidate_failure_says_why(monkeypatch):
+    """Found by a fresh-eyes user: a failed candidate's message ended after a colon."""
+    import subprocess as sp
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: sp.CompletedProcess(
+        a, 1, stdout="", stderr="ValueError: boom\n"))
+    with pytest.raises(RuntimeError, match=r"failed \(exit 1\): ValueError: boom\. .*on_error=skip"):
+        bench.run_candidate({"name": "pipeline"}, progress=False)
+    with pytest.raises(RuntimeError, match=r"its error is printed above"):
+        bench.run_candidate({"name": "pipeline"}, progress=True)
