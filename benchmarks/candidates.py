@@ -27,6 +27,17 @@ Candidates added here:
         ``Model.fit`` feeds from on the TensorFlow backend.
     torch: ``torch.utils.data.DataLoader`` over a Pillow ``Dataset``
         (``num_workers`` = cores); skipped when torch is not importable.
+    dali, dali_train, dali_aa: NVIDIA DALI's CPU pipeline (``device_id=None``,
+        ``num_threads`` = cores): ``fn.readers.file`` -> ``fn.decoders.image``
+        (eval) or ``fn.decoders.image_random_crop`` (train: area 0.08-1,
+        aspect 3/4-4/3, as ``pipeline.Augment``) -> ``fn.resize`` to the
+        size (bilinear; ``antialias=False`` as ``tf.image.resize``, except
+        ``dali_aa``: DALI's default antialiased resize) -> ``fn.flip`` with a
+        coin flip (train). Delivers ``len // batch_size`` full batches per
+        epoch (numpy uint8 [b, h, w, 3], int32 [b]); the reader runs on
+        across epochs, so no decode is wasted on padding. Skipped when DALI
+        is not installed: ``pip install nvidia-dali-cuda120`` (CPU-only use
+        needs no GPU; about 0.5 GB of wheels; not a dependency of the package).
 
 Also here: ``symlink_tree`` (folders of N links to the photos of a folder) and
 ``data_dir_flag_help`` for the scripts of this folder, which take their data
@@ -211,12 +222,107 @@ def _torch(spec):
                       num_workers=config_lib.cpu_count(), persistent_workers=True)
 
 
+# --- NVIDIA DALI, CPU only ----------------------------------------------------
+
+DALI_MISSING = ("NVIDIA DALI is not installed here (import nvidia.dali failed); "
+                "pip install nvidia-dali-cuda120 to run it")
+
+
+def _no_dali():
+    import importlib.util
+    try:
+        found = importlib.util.find_spec("nvidia.dali") is not None
+    except ImportError:  # no `nvidia` namespace package at all
+        found = False
+    return None if found else DALI_MISSING
+
+
+class DaliBatches:
+    """A DALI CPU pipeline, iterable per epoch: ``len // batch_size`` full
+    batches of (uint8 [b, h, w, 3], int32 [b]) numpy arrays.
+
+    ``mode`` "eval": ``fn.decoders.image``; "train":
+    ``fn.decoders.image_random_crop`` (area 0.08-1, aspect 3/4-4/3) and a
+    random horizontal flip. Both resize to ``size`` (bilinear; antialiased
+    only with ``antialias=True``). ``device_id=None``: no GPU is used.
+
+    Raises:
+        ValueError: the folder holds fewer than ``batch_size`` files.
+    """
+
+    def __init__(self, data_dir, size, batch_size, num_threads, mode="eval", seed=None,
+                 antialias=False):
+        from nvidia.dali import fn, pipeline_def, types
+        h, w = size
+
+        @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=None,
+                      seed=seed)
+        def photos():
+            jpegs, labels = fn.readers.file(file_root=data_dir, random_shuffle=True,
+                                            name="Reader")
+            if mode == "train":
+                images = fn.decoders.image_random_crop(
+                    jpegs, device="cpu", output_type=types.RGB, random_area=[0.08, 1.0],
+                    random_aspect_ratio=[3.0 / 4.0, 4.0 / 3.0], num_attempts=10)
+            else:
+                images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+            images = fn.resize(images, resize_x=w, resize_y=h, antialias=antialias,
+                               interp_type=types.INTERP_LINEAR)
+            if mode == "train":
+                images = fn.flip(images, horizontal=fn.random.coin_flip())
+            return images, labels
+
+        self.pipe = photos()
+        self.pipe.build()
+        n = self.pipe.epoch_size("Reader")
+        if n < batch_size:
+            raise ValueError(f"DALI needs at least batch_size files. Received: {n} files, "
+                             f"batch_size={batch_size}")
+        self.steps = n // batch_size
+        self.bench_extra = {"dali_version": _dali_version(), "num_threads": num_threads,
+                            "antialias": antialias, "mode": mode}
+
+    def __iter__(self):
+        import numpy as np
+        for _ in range(self.steps):
+            images, labels = self.pipe.run()
+            yield images.as_array(), np.asarray(labels.as_array(), np.int32).reshape(-1)
+
+
+def _dali_version():
+    import nvidia.dali
+    return nvidia.dali.__version__
+
+
+def _dali(spec, mode="eval", antialias=False):
+    why = _no_dali()
+    if why:
+        raise bench.CandidateSkipped(why)
+    return DaliBatches(spec["data_dir"], tuple(spec["image_size"]), spec["batch_size"],
+                       spec.get("num_threads") or config_lib.cpu_count(), mode=mode,
+                       seed=spec.get("seed"), antialias=antialias)
+
+
+def _dali_train(spec):
+    return _dali(spec, mode="train")
+
+
+def _dali_aa(spec):
+    return _dali(spec, antialias=True)
+
+
 bench.register("tf1_queue", _tf1_queue, "TF1 queue runners (tf.compat.v1), cores threads")
 bench.register("keras_idg", _keras_idg,
                "ImageDataGenerator(rescale=1/255).flow_from_directory (Pillow, float32)")
 bench.register("pydataset", _pydataset, "keras.utils.PyDataset, Pillow, workers=2 (threads)")
 bench.register("torch", _torch, "torch DataLoader, Pillow, num_workers=cores",
                precheck=_no_torch)
+bench.register("dali", _dali, "NVIDIA DALI CPU pipeline: decoders.image + resize "
+               "(bilinear, no antialias), cores threads", precheck=_no_dali)
+bench.register("dali_train", _dali_train, "NVIDIA DALI CPU pipeline: decoders.image_random_crop"
+               " + resize + flip, cores threads", precheck=_no_dali)
+bench.register("dali_aa", _dali_aa, "NVIDIA DALI CPU pipeline, eval with DALI's default "
+               "antialiased resize", precheck=_no_dali)
 
 
 def symlink_tree(src_dir: str, num_files: int, dst: str, num_classes: int = 10) -> str:

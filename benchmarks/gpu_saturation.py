@@ -20,10 +20,16 @@ Full size (on a GPU machine)::
 
     python benchmarks/gpu_saturation.py --json_out=gpu_saturation.json
 
-Tiny smoke run (CPU)::
+Tiny smoke run (CPU; ``--smoke`` = the small model, 64 photos, 32x32, batch 8,
+3 + 1 steps, 1 round; a test runs it so the script cannot rot)::
 
-    python benchmarks/gpu_saturation.py --num_images=32 --image_size=64 --batch_size=8 \
-        --steps=4 --warmup=2 --repeats=1 --json_out=/tmp/gs.json
+    python benchmarks/gpu_saturation.py --smoke --json_out=/tmp/gs.json
+
+The same code path as the GPU run with ResNet-50 and mixed precision, on CPU
+(slow, a minute or two; not in the tests)::
+
+    python benchmarks/gpu_saturation.py --model=resnet50 --mixed_precision=on \
+        --num_images=32 --image_size=64 --batch_size=4 --steps=2 --warmup=1 --repeats=1
 """
 
 import os
@@ -36,6 +42,7 @@ from absl import app, flags
 
 from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
 from candidates import data_dir as _data_dir  # noqa: E402
+from candidates import symlink_tree  # noqa: E402
 from pipeline import sample  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,6 +63,12 @@ flags.DEFINE_integer("warmup", 10, "Untimed steps at the start of each run.")
 flags.DEFINE_integer("repeats", 2, "Alternating rounds (synthetic, pipeline).")
 flags.DEFINE_string("json_out", "gpu_saturation.json", "JSON result file.")
 flags.DEFINE_string("png_out", None, "PNG plot (default: json_out with .png).")
+flags.DEFINE_bool("smoke", False, "A seconds-long CPU smoke run: --model=small, "
+                  "--num_images=64 (unless given), --image_size=32, --batch_size=8, "
+                  "--steps=3, --warmup=1, --repeats=1.")
+
+SMOKE = {"model": "small", "image_size": 32, "batch_size": 8, "steps": 3, "warmup": 1,
+         "repeats": 1}
 
 
 def build_model(kind, image_size, num_classes):
@@ -134,6 +147,11 @@ def run(data_dir, model_kind="auto", mixed="auto", image_size=224, batch_size=64
 
 def main(argv):
     del argv
+    if FLAGS.smoke:
+        for name, value in SMOKE.items():
+            setattr(FLAGS, name, value)
+        if not FLAGS.num_images and not FLAGS.sample_images:
+            FLAGS.num_images = 64
     FLAGS.data_dir = _data_dir(FLAGS.data_dir)
     from pipeline import bench
     with tempfile.TemporaryDirectory() as tmp:
@@ -141,11 +159,12 @@ def main(argv):
         if FLAGS.sample_images:
             data_dir = sample.ensure_sample(FLAGS.sample_images)
         elif FLAGS.num_images:
-            data_dir = _peers.symlink_tree(FLAGS.data_dir, FLAGS.num_images,
-                                           os.path.join(tmp, "data"))
+            data_dir = symlink_tree(FLAGS.data_dir, FLAGS.num_images,
+                                    os.path.join(tmp, "data"))
         out = run(data_dir, FLAGS.model, FLAGS.mixed_precision, FLAGS.image_size,
                   FLAGS.batch_size, FLAGS.steps, FLAGS.warmup, FLAGS.repeats)
     out["source_dir"] = sample.data_dir_label(FLAGS.data_dir)
+    out["smoke"] = FLAGS.smoke
     png = FLAGS.png_out or os.path.splitext(FLAGS.json_out)[0] + ".png"
     out["png"] = bench.bar_chart(
         png, ["synthetic", "pipeline"],

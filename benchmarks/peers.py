@@ -11,7 +11,9 @@ round and the medians reported:
   ``fast_jpeg`` option), keras, keras_aug (RandomCrop + RandomFlip layers),
   tf1_queue (TF1 queue runners), pydataset (Keras PyDataset, Pillow, 2 thread
   workers), in_memory (decode all first; ``load_sec`` apart), torch (skipped
-  when not installed), decode_limit (one core; x cores = the decode limit).
+  when not installed), dali and dali_train (NVIDIA DALI's CPU pipeline,
+  ``device_id=None``; skipped when ``nvidia-dali-cuda120`` is not installed),
+  decode_limit (one core; x cores = the decode limit).
 
 Reports images/s (after each epoch's first batch), images per CPU-second,
 cores used, first batch seconds, peak RSS, and the ratios
@@ -19,6 +21,8 @@ cores used, first batch seconds, peak RSS, and the ratios
   train_vs_keras_aug   pipeline_train / keras_aug images/s       (target >= 2.0)
   eval_vs_keras        pipeline / keras images/s            (target >= 1.6)
   eval_vs_decode_limit pipeline / (decode_limit x cores)    (target >= 0.9)
+  eval_vs_dali         pipeline / dali                      (target >= 1.0 per CPU-second)
+  train_vs_dali        pipeline_train / dali_train          (target >= 1.0 per CPU-second)
 
 (the same over images per CPU-second as ``*_cpu``), as JSON and a bar chart.
 
@@ -51,8 +55,9 @@ import candidates as _peers  # noqa: E402  (benchmarks/candidates.py)
 
 ALL = list(bench.CANDIDATES)
 DEFAULT = ["pipeline", "pipeline_train", "pipeline_train_nofast", "keras", "keras_aug", "plain",
-           "tf1_queue", "pydataset", "in_memory", "torch", "decode_limit"]
-TARGETS = {"train_vs_keras_aug": 2.0, "eval_vs_keras": 1.6, "eval_vs_decode_limit": 0.9}
+           "tf1_queue", "pydataset", "in_memory", "torch", "dali", "dali_train", "decode_limit"]
+TARGETS = {"train_vs_keras_aug": 2.0, "eval_vs_keras": 1.6, "eval_vs_decode_limit": 0.9,
+           "eval_vs_dali_cpu": 1.0, "train_vs_dali_cpu": 1.0}
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", None, "Class-folder photo root. " + DATA_DIR_HELP)
@@ -78,6 +83,8 @@ def ratios(results):
         out["train_vs_keras_aug" + suffix] = bench.ratio(results, "pipeline_train", "keras_aug",
                                                          key)
         out["eval_vs_keras" + suffix] = bench.ratio(results, "pipeline", "keras", key)
+        out["eval_vs_dali" + suffix] = bench.ratio(results, "pipeline", "dali", key)
+        out["train_vs_dali" + suffix] = bench.ratio(results, "pipeline_train", "dali_train", key)
         r = bench.ratio(results, "pipeline", "decode_limit", key)
         if r is not None and key == "images_per_sec":
             r /= limit["cores"]  # the limit is one core's rate times the cores

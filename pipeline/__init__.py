@@ -8,8 +8,17 @@ factories ``from_directory``, ``from_paths``, ``from_manifest``,
 """
 
 import os as _os
+import sys as _sys
 
+# TensorFlow's C++ warnings (e.g. "Local rendezvous is aborting ... OUT_OF_RANGE"
+# at each epoch's end) are hidden unless the user chose a level; set before
+# TensorFlow loads, or afterwards where TensorFlow allows (pipeline.stack).
+_CPP_LOG_LEVEL = _os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+_TENSORFLOW_FIRST = "tensorflow" in _sys.modules
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from pipeline import stack as _stack  # noqa: E402
+_stack.quiet_cpp_logs(_CPP_LOG_LEVEL, _TENSORFLOW_FIRST)
 
 from pipeline.guard import ErrorBudgetExceeded, ErrorRecord, errors  # noqa: E402
 from pipeline.config import ImageOptions  # noqa: E402

@@ -3,9 +3,10 @@
     python -m pipeline.apidoc            # rewrite docs/api.md
     python -m pipeline.apidoc --check    # exit 1 when docs/api.md is out of date
 
-The reference covers every name in ``pipeline.__all__`` and the public
-functions of ``pipeline.compat`` and ``pipeline.sample``: each one's signature
-and docstring, verbatim. A test compares the file with ``generate()``, so the
+The reference covers every name in ``pipeline.__all__`` (with the factories'
+element table from ``pipeline.sources``) and the public names of
+``pipeline.compat``, ``pipeline.sample`` and ``pipeline.capacity``: each one's
+signature and docstring, verbatim. A test compares the file with ``generate()``, so the
 reference cannot drift from the code: change a docstring, then run this.
 """
 
@@ -68,13 +69,14 @@ def _module_functions(module) -> List[str]:
 def generate() -> str:
     """The text of ``docs/api.md``."""
     import pipeline
-    from pipeline import compat, sample
+    from pipeline import capacity, compat, sample, sources
 
     out = [HEADER, "## Contents", ""]
     sections = [("pipeline", pipeline, [n for n in pipeline.__all__
                                         if n not in ("compat", "__version__")]),
                 ("pipeline.compat", compat, _module_functions(compat)),
-                ("pipeline.sample", sample, _module_functions(sample))]
+                ("pipeline.sample", sample, _module_functions(sample)),
+                ("pipeline.capacity", capacity, _module_functions(capacity))]
     for title, _, names in sections:
         out.append(f"- `{title}`: " + ", ".join(f"`{n}`" for n in names))
     out.append("")
@@ -83,6 +85,10 @@ def generate() -> str:
         doc = inspect.getdoc(module)
         if doc:
             out += ["```text", doc, "```", ""]
+        if module is pipeline:  # the factories' element table (pipeline.sources)
+            table = inspect.getdoc(sources).split("Returned elements", 1)[1]
+            out += ["## Returned elements (every factory)", "", "```text",
+                    "Returned elements" + table, "```", ""]
         for n in names:
             out += _entry(f"{title}.{n}", getattr(module, n))
     return "\n".join(out).rstrip() + "\n"

@@ -19,6 +19,7 @@ cores, every epoch used 1.97 cores. ``autotune=True`` turns it back on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import shutil
@@ -167,7 +168,7 @@ class Stages:
 
     Picks the fast JPEG paths: with ``augment.random_resized_crop`` the crop
     window comes from the header and seed, and only it is decoded; with
-    ``resize="crop"`` the centre window likewise. Both give exactly the
+    ``resize="crop"`` or ``"center_crop"`` the centre window likewise. Both give exactly the
     pixels of ``fast_jpeg=False`` (decode whole, then crop), which turns them
     off. Augmentation runs here
     unless a cache sits in between (then after it, fresh each epoch).
@@ -185,10 +186,11 @@ class Stages:
             window = (lambda shape: aug.crop_window(shape, seed)) if fast else None
             image, reason = self.decoder.decode(contents, window_fn=window)
             return aug(image, seed, output_size=size, crop_done=window is not None), reason
-        if size is not None and opts.resize == "crop" and fast:
+        if size is not None and opts.resize in transform.WINDOW_MODES and fast:
             th, tw = size
+            window = transform.WINDOW_MODES[opts.resize]
             image, reason = self.decoder.decode(
-                contents, window_fn=lambda s: transform.center_crop_window(s[0], s[1], th, tw))
+                contents, window_fn=lambda s: window(s[0], s[1], th, tw))
             image = transform.resize(image, size, "stretch", opts.interpolation)
         else:
             # No reduced-scale (DCT) decoding (``target``): it is a different
@@ -553,7 +555,8 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     if opts.service:
         from pipeline import distribute  # pylint: disable=import-outside-toplevel
         ds = ds.apply(distribute.service_transformation(opts))
-    if opts.prefetch_to_device:  # must be the last stage; one device, no strategy
+    if opts.prefetch_to_device and device_present(opts.prefetch_to_device):
+        # must be the last stage; one device, no strategy
         ds = ds.apply(tf.data.experimental.prefetch_to_device(
             opts.prefetch_to_device, buffer_size=max(opts.prefetch, 1)))
 
@@ -564,6 +567,34 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     ds.cache_estimate_bytes = cache_estimate
     ds.pipeline_built = Built(source, opts, error_log, num_classes, subset_name)
     return ds
+
+
+def device_present(name: str) -> bool:
+    """Whether device ``name`` (e.g. "/gpu:0") exists here; logs once per name when not.
+
+    ``prefetch_to_device`` to a missing device would be placed on the CPU by
+    TensorFlow's soft placement without a word; it is left out instead, and
+    one warning says so.
+    """
+    spec = tf.DeviceSpec.from_string(name)
+    if not spec.device_type:
+        return True  # no device type named (e.g. a job/task only): TensorFlow decides
+    found = [d.name for d in tf.config.list_logical_devices(spec.device_type.upper())]
+    if spec.device_index is not None:
+        found = [d for d in found if d.endswith(f":{spec.device_type.upper()}:"
+                                               f"{spec.device_index}")]
+    if found:
+        return True
+    _warn_missing_device(name)
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_missing_device(name: str) -> None:
+    devices = ", ".join(d.name.split("device:")[-1] for d in tf.config.list_logical_devices())
+    logging.warning("pipeline: prefetch_to_device=%r is ignored: there is no such device here "
+                    "(devices: %s); batches stay in host memory, prefetched as usual "
+                    "(prefetch).", name, devices or "none")
 
 
 def _aug(aug, image, seed, opts):

@@ -205,9 +205,13 @@ def run_candidate(spec: dict, timeout: Optional[float] = None, progress: bool = 
         text=True, timeout=timeout, env=env)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
     if proc.returncode != 0 or not lines:
-        err = (proc.stderr or "")[-2000:]
+        err = (proc.stderr or "")[-2000:].strip() if not progress else (
+            "its error is printed above")
+        if proc.returncode == 0:
+            err = "it printed no result line"
         raise RuntimeError(f"benchmark candidate {spec['name']!r} failed "
-                           f"(exit {proc.returncode}): {err}")
+                           f"(exit {proc.returncode}): {err}. A folder with bad files: "
+                           "--on_error=skip, or find them with `python -m pipeline scan`")
     return json.loads(lines[-1])
 
 

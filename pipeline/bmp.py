@@ -39,7 +39,7 @@ This module is standalone: it imports only TensorFlow (plus TensorFlow's own
 
 import tensorflow as tf
 
-__all__ = ["decode_bmp", "bmp_header"]
+__all__ = ["decode_bmp", "bmp_header", "unlowered_case"]
 
 # Bytes of the file read for the header: BITMAPFILEHEADER (14) + BITMAPV5HEADER (124)
 # + up to 4 colour masks stored after a 40-byte BITMAPINFOHEADER (16).
@@ -312,7 +312,7 @@ def decode_bmp(contents, channels=3, name=None):
             lambda: _bgr24(h, channels),
             lambda: _bgra32(h, channels),
             lambda: _palette_image(h, _rows(h), channels),
-            lambda: _unlowered_case(path - _PATH_PALETTE_LOW, rare),
+            lambda: unlowered_case(path - _PATH_PALETTE_LOW, rare),
         ]
         image = tf.switch_case(tf.minimum(path, _PATH_PALETTE_LOW), common)
         image.set_shape([None, None, channels])
@@ -326,9 +326,15 @@ def _i32(x):
     return tf.cast(x, tf.int32)
 
 
-def _unlowered_case(index, branches):
-    """A Case op that runs only the chosen branch's function (not lowered to
-    switch/merge, where the executor visits every op of every branch)."""
+def unlowered_case(index, branches):
+    """``tf.switch_case(index, branches)`` as one Case op that is not lowered to
+    switch/merge: only the chosen branch's function runs (a function call,
+    some µs), where a lowered Case makes the executor visit every op of every
+    branch. Inside a lowered ``tf.cond`` branch that is not taken, the whole
+    Case is one dead node: its branches cost nothing. Eagerly, it calls the
+    chosen branch."""
+    if tf.executing_eagerly():
+        return branches[int(index)]()
     try:
         from tensorflow.python.ops import cond_v2  # pylint: disable=import-outside-toplevel
 

@@ -18,7 +18,11 @@ Candidates:
         random_resized_crop=True, horizontal_flip=True)``.
     pipeline_train_nofast: train mode with crop-before-decode off
         (``fast_jpeg=False``).
+    pipeline_center_crop: eval mode with ``resize="center_crop"`` (the
+        ImageNet evaluation protocol; only the window of a JPEG is decoded).
     keras: ``keras.utils.image_dataset_from_directory`` (float32).
+    keras_crop: the same with ``crop_to_aspect_ratio=True`` (decodes whole,
+        then crops the centred window of the target aspect).
     keras_aug: the same loaded at 256/224 of the size, then Keras
         ``RandomCrop`` + ``RandomFlip("horizontal")`` mapped over batches (the
         usual Keras train recipe; Keras 3's RandomCrop uses one window per
@@ -116,11 +120,22 @@ def _keras_aug(spec):
                   num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
-def _keras(spec):
+def _keras(spec, **extra):
     import keras
     return keras.utils.image_dataset_from_directory(
         spec["data_dir"], image_size=tuple(spec["image_size"]), batch_size=spec["batch_size"],
-        shuffle=True, seed=spec.get("seed"), verbose=False)
+        shuffle=True, seed=spec.get("seed"), verbose=False, **extra)
+
+
+def _keras_crop(spec):
+    return _keras(spec, crop_to_aspect_ratio=True)
+
+
+def _pipeline_center_crop(spec):
+    import pipeline
+    return pipeline.from_directory(
+        spec["data_dir"], image_size=tuple(spec["image_size"]), batch_size=spec["batch_size"],
+        seed=spec.get("seed"), resize="center_crop", **spec.get("options", {}))
 
 
 def _plain(spec):
@@ -226,7 +241,11 @@ bench.register("pipeline_train", _pipeline_train,
 bench.register("pipeline_train_nofast", _pipeline_train_nofast,
                "pipeline train mode, crop-before-decode off (fast_jpeg=False)",
                precheck=_no_fast_jpeg_switch)
+bench.register("pipeline_center_crop", _pipeline_center_crop,
+               "pipeline, ImageNet eval protocol (resize='center_crop': window decoded only)")
 bench.register("keras", _keras, "keras.utils.image_dataset_from_directory (float32)")
+bench.register("keras_crop", _keras_crop,
+               "image_dataset_from_directory(crop_to_aspect_ratio=True) (float32)")
 bench.register("keras_aug", _keras_aug,
                "image_dataset_from_directory at 256/224 size + RandomCrop + RandomFlip")
 bench.register("plain", _plain, "hand-tuned tf.data decode_jpeg+resize, guards off")

@@ -6,7 +6,8 @@ package reads absl flags). Commands:
   bench     throughput, time to first batch and peak RSS, side by side with
             peers (default: keras.utils.image_dataset_from_directory),
             alternated, medians and spread. With no --data_dir: the built-in
-            sample of generated JPEGs.
+            sample of generated JPEGs. --profile: per-stage costs; --plan: a
+            capacity plan (cores and tf.data service workers for a rate).
   scan      one parallel pass over a folder / manifest / path list: counts per
             class and format, sizes, extension mismatches, bad files.
   convert   write TFRecord shards (encoded bytes + label + path).
@@ -56,11 +57,13 @@ _define(flags.DEFINE_integer, "epochs", 2, "Epochs per candidate run.", ["bench"
 _define(flags.DEFINE_integer, "repeats", 5, "Runs per candidate, alternated round by round; "
         "medians and spread (min-max) reported.", ["bench"])
 _define(flags.DEFINE_list, "compare", ["keras"], "Candidates to run beside pipeline "
-        "(empty for none): pipeline_train, pipeline_train_nofast, keras, keras_aug, plain, "
-        "generator, in_memory, decode_limit (pipeline/candidates.py).", ["bench"])
+        "(empty for none): pipeline_train, pipeline_train_nofast, pipeline_center_crop, keras, "
+        "keras_crop, keras_aug, plain, generator, in_memory, decode_limit "
+        "(pipeline/candidates.py).", ["bench"])
 _define(flags.DEFINE_integer, "sample_images", 512, "Images in the built-in sample (when "
         "no --data_dir).", ["bench"])
-_define(flags.DEFINE_integer, "seed", 0, "Shuffle seed.", ["bench"])
+_define(flags.DEFINE_integer, "seed", 0, "bench: the shuffle seed; convert: the seed of the "
+        "written order (with --shuffle).", ["bench", "convert"])
 _define(flags.DEFINE_string, "on_error", "raise", "pipeline's on_error: 'raise' or 'skip'.",
         ["bench"])
 _define(flags.DEFINE_float, "max_spread", 0.25, "Spread (max-min)/median above which a "
@@ -68,7 +71,19 @@ _define(flags.DEFINE_float, "max_spread", 0.25, "Spread (max-min)/median above w
 _define(flags.DEFINE_bool, "profile", False, "Instead of peers, profile pipeline's stages "
         "(read, decode, resize, batch) and name the bottleneck.", ["bench"])
 _define(flags.DEFINE_float, "target_images_per_sec", None, "With --profile: consumption "
-        "rate to compare with (images/s).", ["bench"])
+        "rate to compare with (images/s). With --plan (required): the rate to feed, all "
+        "accelerators together (e.g. 8 GPUs x 7000 = 56000).", ["bench"])
+_define(flags.DEFINE_bool, "plan", False, "Instead of peers, a capacity plan: measure "
+        "pipeline's cost per image (images per CPU-second) on these files and options, then "
+        "print the cores and tf.data service workers of --worker_cores cores needed to feed "
+        "--target_images_per_sec.", ["bench"])
+_define(flags.DEFINE_integer, "worker_cores", 8, "With --plan: cores per tf.data service "
+        "worker.", ["bench"])
+_define(flags.DEFINE_float, "headroom", 1.25, "With --plan: spare capacity factor (>= 1; "
+        "1.25 plans 25% more than the target).", ["bench"])
+_define(flags.DEFINE_bool, "augment", False, "With --plan: measure train mode "
+        "(Augment(random_resized_crop=True, horizontal_flip=True)) instead of eval.",
+        ["bench"])
 _define(flags.DEFINE_string, "profile_dir", None, "With --profile: write a TensorBoard "
         "profiler trace here.", ["bench"])
 # scan, convert
@@ -79,6 +94,9 @@ _define(flags.DEFINE_bool, "follow_links", False, "Follow linked folders (loop-s
 _define(flags.DEFINE_integer, "num_shards", None, "Shards to write (default: ~1 per "
         "128 MiB).", ["convert"])
 _define(flags.DEFINE_integer, "num_workers", None, "Writer threads.", ["convert"])
+_define(flags.DEFINE_bool, "shuffle", True, "Write the rows in a seeded random order "
+        "(--seed), so that shards do not keep classes together; --noshuffle keeps the "
+        "index order.", ["convert"])
 _define(flags.DEFINE_string, "path_column", None, "Manifest path column.", ["convert"])
 _define(flags.DEFINE_list, "label_columns", None, "Manifest label column(s).", ["convert"])
 _define(flags.DEFINE_string, "root", None, "Manifest root for relative paths.", ["convert"])
@@ -104,6 +122,8 @@ _define(flags.DEFINE_integer, "heartbeat_interval_ms", None, "worker: heartbeat 
 # shared
 _define(flags.DEFINE_string, "json_out", None, "Also write the result as JSON to this file.",
         ["bench", "scan", "doctor"])
+_define(flags.DEFINE_bool, "json", False, "Print the report as JSON instead of aligned "
+        "lines.", ["doctor"])
 _define(flags.DEFINE_bool, "progress", True, "Show tqdm progress bars (stderr).",
         ["bench", "scan", "convert"])
 
@@ -172,8 +192,11 @@ def _positive(name: str) -> None:
          "subprocess, alternated --repeats times; medians and spread (min-max) printed, "
          "and a line when the spread is too wide to trust.",
          notes="The optional peers (torch, TF1 queue runners, Keras PyDataset, legacy "
-               "ImageDataGenerator) are in benchmarks/candidates.py: run "
-               "benchmarks/peers.py for them.",
+               "ImageDataGenerator, NVIDIA DALI) are in benchmarks/candidates.py: run "
+               "benchmarks/peers.py for them. --profile: per-stage costs and the bottleneck "
+               "instead. --plan --target_images_per_sec=N [--worker_cores=8] [--augment]: "
+               "a capacity plan instead (cores and tf.data service workers to feed N "
+               "images/s, from the measured images per CPU-second; pipeline.capacity).",
          title="images/s, images per CPU-second, first batch, peak RSS beside peers")
 def cmd_bench(argv: List[str]) -> int:
     from pipeline import bench
@@ -194,9 +217,34 @@ def cmd_bench(argv: List[str]) -> int:
     if unknown and not FLAGS.profile:
         raise usage_error(f"--compare: unknown candidate(s) {unknown}; known: "
                           f"{sorted(bench.CANDIDATES)}. Received: {FLAGS.compare!r}")
+    if FLAGS.plan:
+        if FLAGS.profile:
+            raise usage_error("--plan and --profile are separate reports: give one.")
+        if FLAGS.target_images_per_sec is None:
+            raise usage_error("--plan needs --target_images_per_sec (images/s to feed, e.g. "
+                              "56000 for 8 GPUs x 7000). Received: none")
+        _positive("target_images_per_sec")
+        _positive("worker_cores")
+        if FLAGS.headroom < 1:
+            raise usage_error(f"--headroom must be >= 1. Received: {FLAGS.headroom}")
     data_dir = sample.default_data_dir(FLAGS.data_dir, num_images=FLAGS.sample_images,
                                         shared=False)
     logging.info("pipeline bench: data in %s", data_dir)
+    if FLAGS.plan:
+        from pipeline import capacity
+        try:
+            cost = capacity.measure_cost(data_dir, size, FLAGS.batch_size, augment=FLAGS.augment,
+                                         epochs=FLAGS.epochs, repeats=FLAGS.repeats,
+                                         on_error=FLAGS.on_error, seed=FLAGS.seed,
+                                         progress=FLAGS.progress)
+        except ValueError as e:
+            raise usage_error(str(e))
+        plan = capacity.capacity_plan(FLAGS.target_images_per_sec, cost["images_per_cpu_sec"],
+                                      worker_cores=FLAGS.worker_cores, headroom=FLAGS.headroom,
+                                      measurement=cost)
+        print(plan.table())
+        _write_json(FLAGS.json_out, plan.to_dict())
+        return 0
     if FLAGS.profile:
         import pipeline
         report = pipeline.profile(
@@ -292,18 +340,22 @@ def cmd_scan(argv: List[str]) -> int:
                       ("OUT", "the output folder for the shards and their metadata")),
          title="write TFRecord shards")
 def cmd_convert(argv: List[str]) -> int:
-    from pipeline import shards
+    from pipeline import read, shards
 
     if len(argv) != 3:
         raise usage_error(f"convert takes SRC and OUT. Received: {argv[1:]!r}")
     _positive("num_shards")
     _positive("num_workers")
+    if read.exists(argv[2]) and not read.isdir(argv[2]):
+        raise usage_error(f"OUT must be a folder (new or existing); {argv[2]!r} is a file. "
+                          f"Received: OUT={argv[2]!r}")
     kw = {k: getattr(FLAGS, k) for k in ("path_column", "label_columns", "root")
           if getattr(FLAGS, k)}
     if FLAGS.allow_outside_root:
         kw["allow_outside_root"] = True
-    meta = shards.write_tfrecords(argv[1], argv[2], FLAGS.num_shards, progress=FLAGS.progress,
-                          num_workers=FLAGS.num_workers, **kw)
+    meta = shards.write_tfrecords(argv[1], argv[2], FLAGS.num_shards, shuffle=FLAGS.shuffle,
+                                  seed=FLAGS.seed, progress=FLAGS.progress,
+                                  num_workers=FLAGS.num_workers, **kw)
     print(json.dumps({k: meta[k] for k in ("num_examples", "class_names", "shards")}))
     return 0
 
@@ -314,7 +366,7 @@ def cmd_convert(argv: List[str]) -> int:
          positionals=(("ROLE", "'dispatcher' or 'worker' (a worker needs "
                                "--dispatcher_address)"),),
          notes="Flags marked 'dispatcher:' or 'worker:' apply to that role only. See the "
-               "README's 'tf.data service' section for processing modes.",
+               "README's 'Scale out and resume' section for processing modes.",
          title="start a tf.data service dispatcher or worker")
 def cmd_service(argv: List[str]) -> int:
     from pipeline import distribute
@@ -358,10 +410,11 @@ def basic_stack() -> dict:
     return out
 
 
-@command("doctor", f"{PROG} doctor [--json_out=FILE]",
-         "Prints the installed stack: Python, TensorFlow, Keras, numpy, tensorflow-io, "
-         "Pillow and the CPUs (pipeline.stack.doctor() where available).",
-         title="print the installed stack (versions, CPUs)")
+@command("doctor", f"{PROG} doctor [--json] [--json_out=FILE]",
+         "Prints the installed stack, one fact per aligned line: Python, TensorFlow, Keras, "
+         "numpy, tensorflow-io (and whether its ops load), Pillow, the decoders, the "
+         "filesystems, TensorFlow's C++ log level, the CPUs and the decode parallelism.",
+         title="print the installed stack (versions, decoders, CPUs)")
 def cmd_doctor(argv: List[str]) -> int:
     if len(argv) != 1:
         raise usage_error(f"doctor takes no positional arguments. Received: {argv[1:]!r}")
@@ -371,11 +424,14 @@ def cmd_doctor(argv: List[str]) -> int:
         if e.name != "pipeline.stack":
             raise
         stack = None
-    doctor = getattr(stack, "doctor", None)
-    info = doctor() if doctor is not None else basic_stack()
-    width = max((len(str(k)) for k in info), default=0)
-    for k, v in info.items():
-        print(f"{str(k):<{width}}  {v}")
+    if stack is not None:
+        info = stack.doctor()
+        text = stack.format_doctor(info)
+    else:
+        info = basic_stack()
+        width = max((len(str(k)) for k in info), default=0)
+        text = "\n".join(f"{str(k):<{width}}  {v}" for k, v in info.items())
+    print(json.dumps(info, indent=2, default=str) if FLAGS.json else text)
     _write_json(FLAGS.json_out, info)
     return 0
 

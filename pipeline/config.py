@@ -22,7 +22,7 @@ from pipeline.augment import Augment
 
 LABEL_MODES = ("int", "categorical", "binary", "multi_hot", "float", None)
 ONE_CLASS_LABEL_MODES = ("int", "categorical", "binary", None)
-RESIZE_MODES = ("stretch", "crop", "pad")
+RESIZE_MODES = ("stretch", "crop", "pad", "center_crop")
 INTERPOLATIONS = (
     "bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5",
     "gaussian", "mitchellcubic",
@@ -57,8 +57,14 @@ class ImageOptions:
         image_size: (height, width) in pixels, default (256, 256); None keeps
             the native size (then ``batch_size`` must be None).
         resize: "stretch", "crop" (centre crop to the target aspect, as Keras'
-            ``crop_to_aspect_ratio``) or "pad" (letterbox with zeros; content
-            at least 1 px high and wide).
+            ``crop_to_aspect_ratio``), "pad" (letterbox with zeros; content
+            at least 1 px high and wide) or "center_crop" (the ImageNet
+            evaluation protocol of the reference ResNet: the centred window
+            of the target aspect, shrunk by ``s / (s + 32)`` where ``s`` is the
+            target's shorter side -- 224/256 at 224x224, as resizing the
+            shorter side to 256 and cropping 224 -- then resized; see
+            ``pipeline.transform.center_crop_window``). "crop" and
+            "center_crop" decode only their window of a JPEG.
         interpolation: a ``tf.image.resize`` method ("bilinear", "nearest",
             "bicubic", "area", "lanczos3", "lanczos5", "gaussian",
             "mitchellcubic").
@@ -90,13 +96,23 @@ class ImageOptions:
         on_error: "raise" (default): iterating reaches a bad file and raises
             ``tf.errors.InvalidArgumentError`` whose message names the path and
             the reason; "skip": the file is dropped, logged and listed by
-            ``pipeline.errors(ds)``.
+            ``pipeline.errors(ds)``. With "raise" the number of batches is
+            known (``len(ds)``; every element arrives or the epoch raises).
+            With "skip" it cannot be known before decoding:
+            ``ds.cardinality()`` is ``tf.data.UNKNOWN_CARDINALITY`` and
+            ``len(ds)`` raises ``TypeError``; ``model.fit`` runs every epoch
+            to the end, counting the steps in the first (Keras shows no total
+            there and may warn "Your input ran out of data", which is
+            harmless here) and showing them from the second.
         max_errors: with "skip": an int count or a float fraction in [0, 1) of
             the files; past it iteration raises (see ``pipeline.errors``).
         include_paths: bool (default False): each element also carries its
             file path (tf.string, ``[batch]``) as its last item, so that
             outputs (e.g. ``model.predict``) can be matched to files, also
-            when bad files were skipped.
+            when bad files were skipped. ``model.fit`` / ``evaluate`` read a
+            third item as ``sample_weight`` (Keras unpacks ``(x, y, w)``) and
+            fail on the strings: drop the paths for them with
+            ``ds.map(lambda *el: el[:-1])`` (``(x, y, path)`` -> ``(x, y)``).
         exif_orientation: bool (default True): apply the JPEG EXIF orientation
             tag (read in graph from the file's bytes, whatever the source).
         max_pixels: int, default 178,956,970 (Pillow's limit): files whose
@@ -113,6 +129,8 @@ class ImageOptions:
         threadpool_size: int, a private tf.data thread pool of this size.
         prefetch_to_device: e.g. "/gpu:0": batches are copied to that device
             ahead of time (last stage; not with a distribution strategy).
+            Where that device does not exist (e.g. no GPU), it is left out
+            and one warning per device name says so.
         fast_jpeg: bool (default True): crop-before-decode of JPEGs for
             ``resize="crop"`` and random resized crops (only the window is
             decoded); it gives exactly the pixels of decoding whole, then

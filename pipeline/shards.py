@@ -215,6 +215,7 @@ def list_files(files) -> List[str]:
 
     Raises:
         ValueError: no files found.
+        FileNotFoundError: ``files`` is a path that does not exist.
     """
     if isinstance(files, (str, os.PathLike)):
         files = os.fspath(files)
@@ -223,6 +224,9 @@ def list_files(files) -> List[str]:
             found = sorted(tf.io.gfile.glob(read.join(files, "*.tfrecord")))
         elif any(ch in files for ch in "*?["):
             found = sorted(tf.io.gfile.glob(files))
+        elif not tf.io.gfile.exists(files):
+            raise FileNotFoundError(f"`files` does not exist (a folder of shards, a glob or a "
+                                    f"list of files): {files!r}")
         else:
             found = [files]
     else:

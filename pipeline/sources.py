@@ -23,7 +23,10 @@ None               ``images``
 images are ``[batch, height, width, channels]`` of ``dtype`` (uint8 0-255 by
 default), ``[height, width, channels]`` with ``batch_size=None``. With sample
 weights (manifests, shards), a float32 ``[batch]`` follows the labels. With
-``include_paths=True``, the file paths (tf.string ``[batch]``) come last.
+``include_paths=True``, the file paths (tf.string ``[batch]``) come last;
+``model.fit`` would read them as sample weights: pass it
+``ds.map(lambda *el: el[:-1])``. With ``on_error="skip"`` the number of
+batches is unknown (``tf.data.UNKNOWN_CARDINALITY``); with "raise" it is known.
 """
 
 from __future__ import annotations

@@ -14,9 +14,11 @@ op then raises ``NotImplementedError: unable to open file: libtensorflow_io.so``
     >>> print(stack.format_doctor())
 """
 
+import ctypes
 import dataclasses
 import functools
 import importlib.metadata
+import mmap
 import os
 import platform
 import re
@@ -26,11 +28,13 @@ import warnings
 from typing import Optional
 
 import tensorflow as tf
+from absl import logging
 
 from pipeline import checks
 
 __all__ = ["TfioStatus", "tfio_status", "core_webp", "doctor", "format_doctor",
-           "needs_tfio_message", "cpu_count", "TFIO_STACK_HINT"]
+           "needs_tfio_message", "cpu_count", "TFIO_STACK_HINT", "CppLogStatus",
+           "quiet_cpp_logs", "cpp_log_status"]
 
 # A 1x1 lossless WebP (one red pixel), written by Pillow: the op probe's input.
 _WEBP_1X1 = (b"RIFF\x1c\x00\x00\x00WEBPVP8L\x0f\x00\x00\x00/\x00\x00\x00\x00\x07\x10"
@@ -127,6 +131,137 @@ def _schemes() -> list:
         return []
 
 
+# --- TensorFlow's C++ log level ------------------------------------------------
+#
+# TensorFlow's C++ code logs to stderr below Python's logging, filtered by
+# TF_CPP_MIN_LOG_LEVEL (0 all, 1 no INFO, 2 no WARNING, 3 no ERROR). pipeline
+# sets it to 2 when unset, before it imports TensorFlow. When TensorFlow was
+# imported first, the variable comes too late, and what can be done depends on
+# how TensorFlow logs:
+# * TensorFlow 2.16 (TSL's own logging, libtensorflow_framework exports
+#   tsl::internal::LogMessage): the level is read once into a function-local
+#   static, at the first C++ log line, which import tensorflow itself writes
+#   (oneDNN, CUDA probes). Nothing in the process can change it afterwards
+#   (TSL's log sinks are C++ objects; TF_CPP_VLOG_FILENAME is read once too).
+# * TensorFlow with absl logging (2.21 here): the level is absl's global
+#   MinLogLevel, which absl::SetMinLogLevel changes at any time. TensorFlow
+#   offers no Python binding for it; libtensorflow_framework exports it under
+#   absl's versioned namespace (absl::lts_YYYYMMDD), so its name is read from
+#   the library's symbol strings and it is called through ctypes.
+CPP_LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
+CPP_LOG_QUIET = 2  # errors only
+# Warnings TensorFlow writes that say nothing is wrong: the end of every epoch
+# iterated eagerly (TF 2.16), and TensorFlow's false alarm after every
+# complete file cache (its writer looks for a temporary index that its own
+# merge has just deleted; TF 2.16 and 2.21). Not among them: TensorFlow logs
+# "Premature end of JPEG data" at ERROR (level 3 hides it, with every other
+# error), and libjpeg prints "Corrupt JPEG data: ..." to stderr itself.
+CPP_LOG_HARMLESS = ("Local rendezvous is aborting with status: OUT_OF_RANGE",
+                    "The calling iterator did not fully read the dataset being cached")
+_TSL_LOG_SYMBOL = "_ZN3tsl8internal10LogMessage18GenerateLogMessageEv"
+_ABSL_SETTER_TAIL = b"14SetMinLogLevelENS0_18LogSeverityAtLeastE\x00"
+_ABSL_SETTER = re.compile(r"_ZN4absl12lts_\d+14SetMinLogLevelENS0_18LogSeverityAtLeastE")
+
+
+@dataclasses.dataclass(frozen=True)
+class CppLogStatus:
+    """Whether TensorFlow's known-harmless C++ log lines are hidden in this process.
+
+    Attributes:
+        quiet: bool, TensorFlow's C++ warnings (``CPP_LOG_HARMLESS`` among them)
+            are hidden.
+        how: str, one sentence: who set the level and how, or why it could not
+            be set.
+    """
+    quiet: bool
+    how: str
+
+
+_cpp_log = CppLogStatus(False, "not set up (pipeline.stack.quiet_cpp_logs was not called)")
+
+
+def _absl_set_min_log_level(level: int) -> str:
+    """Sets TensorFlow's C++ log level after import; "" on success, else why not."""
+    name = "libtensorflow_framework.so.2"
+    path = os.path.join(os.path.dirname(tf.__file__), name)
+    if not sys.platform.startswith("linux") or not os.path.exists(path):
+        return f"no {name} here ({sys.platform})"
+    try:
+        lib = ctypes.CDLL(path)  # already loaded by TensorFlow: the same library
+    except OSError as e:
+        return f"cannot open {name}: {e}"
+    if hasattr(lib, _TSL_LOG_SYMBOL):
+        return ("its C++ logging (TSL's) reads TF_CPP_MIN_LOG_LEVEL once, at the first C++ "
+                "log line, which import tensorflow writes, and offers no way to change it")
+    symbol = ""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            end = m.find(_ABSL_SETTER_TAIL)
+            while end >= 0 and not symbol:
+                start = m.rfind(b"\x00", max(0, end - 64), end) + 1
+                text = m[start:end + len(_ABSL_SETTER_TAIL) - 1].decode("ascii", "replace")
+                symbol = text if _ABSL_SETTER.fullmatch(text) else ""
+                end = m.find(_ABSL_SETTER_TAIL, end + 1)
+    except (OSError, ValueError) as e:
+        return f"cannot read {name}: {e}"
+    if not symbol or not hasattr(lib, symbol):
+        return f"{name} exports neither TSL's logging nor absl::SetMinLogLevel"
+    setter = getattr(lib, symbol)
+    setter.argtypes = [ctypes.c_int]  # absl::LogSeverityAtLeast: kInfo 0 ... kError 2
+    setter.restype = None
+    setter(level)
+    return ""
+
+
+def quiet_cpp_logs(user_level: Optional[str], tensorflow_first: bool) -> CppLogStatus:
+    """Hides TensorFlow's C++ warnings unless the user chose a level; called once by ``import pipeline``.
+
+    Args:
+        user_level: the value of ``TF_CPP_MIN_LOG_LEVEL`` before ``import pipeline``
+            set it (None: unset). A value set by the user is left as it is.
+        tensorflow_first: bool, TensorFlow was imported before ``pipeline``.
+
+    Returns:
+        The ``CppLogStatus`` (also kept for ``cpp_log_status`` and the doctor).
+        When the level cannot be set (TensorFlow 2.16 imported first), one
+        warning says so and how to get it: import pipeline first, or set
+        ``TF_CPP_MIN_LOG_LEVEL`` before Python starts (setting it to any value
+        also silences the warning).
+    """
+    global _cpp_log
+    if user_level is not None:
+        try:
+            quiet = int(user_level) >= CPP_LOG_QUIET
+        except ValueError:
+            quiet = False
+        status = CppLogStatus(quiet, f"{CPP_LOG_ENV}={user_level} as set by the user")
+    elif not tensorflow_first:
+        status = CppLogStatus(True, f"{CPP_LOG_ENV}={CPP_LOG_QUIET} (errors only), set by "
+                                    "pipeline before TensorFlow loaded")
+    else:
+        why = _absl_set_min_log_level(CPP_LOG_QUIET)
+        if not why:
+            status = CppLogStatus(True, "errors only: TensorFlow was imported first; set by "
+                                        "pipeline through absl::SetMinLogLevel")
+        else:
+            status = CppLogStatus(False, f"TensorFlow {tf.__version__} was imported before "
+                                         f"pipeline and {why}")
+            logging.warning(
+                "pipeline: tensorflow was imported before pipeline, and TensorFlow %s's C++ "
+                "log level cannot be changed now (%s): its known-harmless lines (%s) will "
+                "show. To hide them, import pipeline before tensorflow, or set %s=%d before "
+                "Python starts (setting it to any value also silences this note).",
+                tf.__version__, why, "; ".join(f"'{h}'" for h in CPP_LOG_HARMLESS),
+                CPP_LOG_ENV, CPP_LOG_QUIET)
+    _cpp_log = status
+    return status
+
+
+def cpp_log_status() -> CppLogStatus:
+    """Whether TensorFlow's C++ warnings are hidden in this process (see ``quiet_cpp_logs``)."""
+    return _cpp_log
+
+
 def doctor() -> dict:
     """A report of the stack: versions, decoders, filesystems, CPUs, decode parallelism.
 
@@ -162,6 +297,7 @@ def doctor() -> dict:
         "decode_parallelism": 2 * cpus,
         "decode_parallelism_note": (f"2 x {cpus} CPUs (the default, autotune off); "
                                     "num_parallel_calls= or autotune=True change it"),
+        "tf_cpp_log": {"quiet": cpp_log_status().quiet, "how": cpp_log_status().how},
     }
 
 
@@ -193,6 +329,9 @@ def format_doctor(report: Optional[dict] = None) -> str:
         f"CPUs                {r['cpu_count']} (affinity-aware)",
         f"decode parallelism  {r['decode_parallelism']} ({r['decode_parallelism_note']})",
     ]
+    if "tf_cpp_log" in r:
+        c = r["tf_cpp_log"]
+        lines.append(f"TF C++ warnings     {'hidden' if c['quiet'] else 'shown'} ({c['how']})")
     return "\n".join(lines)
 
 

@@ -28,8 +28,8 @@ def to_uint8(x, convex: bool = False):
     return tf.cast(tf.clip_by_value(x + 0.5, 0.0, 255.0), tf.uint8)
 
 
-def center_crop_window(height, width, target_height, target_width):
-    """The largest centered window of the target aspect ratio.
+def aspect_crop_window(height, width, target_height, target_width):
+    """The largest centered window of the target aspect ratio (``resize="crop"``).
 
     Returns (offset_y, offset_x, crop_h, crop_w) as int32 scalars (pixels), as
     Keras' ``crop_to_aspect_ratio``.
@@ -43,6 +43,36 @@ def center_crop_window(height, width, target_height, target_width):
     crop_w = tf.maximum(crop_w, 1)
     oy = (tf.cast(height, tf.int32) - crop_h) // 2
     ox = (tf.cast(width, tf.int32) - crop_w) // 2
+    return oy, ox, crop_h, crop_w
+
+
+CROP_PADDING = 32  # pixels: the reference ResNet evaluation's resize-then-crop margin
+
+
+def center_crop_window(height, width, target_height, target_width,
+                       crop_padding: int = CROP_PADDING):
+    """The ImageNet evaluation window (``resize="center_crop"``).
+
+    The centred window of the target aspect (``aspect_crop_window``), shrunk
+    by ``s / (s + crop_padding)`` with ``s = min(target_height,
+    target_width)``: for a square target this is the TensorFlow Model
+    Garden's ResNet ``_decode_and_center_crop`` (``imagenet_preprocessing.py``,
+    ``CROP_PADDING = 32``): side ``int(s / (s + 32) * min(height, width))``,
+    offsets ``(height - side + 1) // 2`` and ``(width - side + 1) // 2`` -- at
+    224x224 the same as resizing the shorter side to 256 and cropping the
+    central 224 (He et al. 2016; torchvision's ``Resize(256)`` +
+    ``CenterCrop(224)``, up to rounding).
+
+    Returns (offset_y, offset_x, crop_h, crop_w) as int32 scalars (pixels),
+    each side at least 1 pixel.
+    """
+    _, _, ch, cw = aspect_crop_window(height, width, target_height, target_width)
+    s = min(target_height, target_width)
+    f = s / (s + crop_padding)
+    crop_h = tf.maximum(tf.cast(f * tf.cast(ch, tf.float32), tf.int32), 1)
+    crop_w = tf.maximum(tf.cast(f * tf.cast(cw, tf.float32), tf.int32), 1)
+    oy = (tf.cast(height, tf.int32) - crop_h + 1) // 2
+    ox = (tf.cast(width, tf.int32) - crop_w + 1) // 2
     return oy, ox, crop_h, crop_w
 
 
@@ -67,6 +97,10 @@ def resize_with_pad(image, target_height: int, target_width: int, interpolation=
                                         target_height, target_width)
 
 
+# resize modes that cut a window before resizing: a JPEG decodes only the window
+WINDOW_MODES = {"crop": aspect_crop_window, "center_crop": center_crop_window}
+
+
 def resize(image, size, mode="stretch", interpolation="bilinear"):
     """Resizes a uint8 image to ``size`` = (height, width) pixels.
 
@@ -74,17 +108,18 @@ def resize(image, size, mode="stretch", interpolation="bilinear"):
         image: uint8 [h, w, c].
         size: (height, width) ints.
         mode: "stretch" (ignore aspect), "crop" (center-crop to the target
-            aspect, then resize) or "pad" (letterbox: resize to fit, pad with
-            zeros; see ``resize_with_pad``).
+            aspect, then resize), "pad" (letterbox: resize to fit, pad with
+            zeros; see ``resize_with_pad``) or "center_crop" (the ImageNet
+            evaluation window, ``center_crop_window``, then resize).
         interpolation: a ``tf.image.resize`` method name.
 
     Returns:
         uint8 [height, width, c].
     """
     th, tw = size
-    if mode == "crop":
+    if mode in WINDOW_MODES:
         s = tf.shape(image)
-        oy, ox, ch, cw = center_crop_window(s[0], s[1], th, tw)
+        oy, ox, ch, cw = WINDOW_MODES[mode](s[0], s[1], th, tw)
         image = image[oy:oy + ch, ox:ox + cw]
     if mode == "pad":
         out = resize_with_pad(image, th, tw, interpolation)

@@ -40,7 +40,9 @@ def photos(tmp_path_factory):
 def _run(script, *args, timeout=240):
     r = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", script), *args],
                        capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3"))
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join(
+                           [REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                     if p])))
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     return r.stdout
 
@@ -68,7 +70,7 @@ def test_peers(photos, tmp_path):
     res = out["candidates"]
     assert list(res) == ["pipeline", "pipeline_train", "pipeline_train_nofast", "keras",
                          "keras_aug", "plain", "tf1_queue", "pydataset", "in_memory", "torch",
-                         "decode_limit"]
+                         "dali", "dali_train", "decode_limit"]
     assert out["num_images"] == N and out["cores"] >= 1
     for name in ("pipeline", "pipeline_train", "pipeline_train_nofast", "keras", "keras_aug",
                  "plain", "pydataset", "in_memory", "decode_limit"):
@@ -83,6 +85,14 @@ def test_peers(photos, tmp_path):
     except ImportError:
         assert "torch" in res["torch"]["skipped"] and "torch" in out["skipped"]
         assert "skipped torch" in stdout
+    if _dali_installed():
+        _figures_ok(res["dali"], N // 8 * 8)  # full batches only
+        assert out["ratios"]["train_vs_dali_cpu"] == pytest.approx(
+            train["steady_images_per_cpu_sec"] / res["dali_train"]["steady_images_per_cpu_sec"])
+    else:
+        assert "nvidia-dali-cuda120" in res["dali"]["skipped"] and "dali" in out["skipped"]
+        assert out["ratios"]["eval_vs_dali_cpu"] is None
+        assert out["meets_targets"]["train_vs_dali_cpu"] is None
     # ratios are the quotients of the figures they name
     ev, lim = res["pipeline"], res["decode_limit"]
     assert lim["cores"] == out["cores"]
@@ -101,6 +111,57 @@ def test_peers(photos, tmp_path):
     assert mem["load_cpu_sec"] > 0
     assert res["pydataset"]["workers"] == 2
     assert "eval_vs_keras" in stdout and "decode_limit" in stdout
+
+
+def _dali_installed():
+    import importlib.util
+    try:
+        return importlib.util.find_spec("nvidia.dali") is not None
+    except ImportError:
+        return False
+
+
+@pytest.fixture()
+def peers_module():
+    """benchmarks/candidates.py, imported as the benchmarks import it."""
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    try:
+        import candidates
+        yield candidates
+    finally:
+        sys.path.remove(os.path.join(REPO, "benchmarks"))
+
+
+def test_dali_peer_runs_or_says_why_not(photos, peers_module, monkeypatch):
+    """DALI's CPU pipeline where nvidia-dali-cuda120 is installed; elsewhere the
+    harness skips it, before starting a subprocess, with the install hint."""
+    from pipeline import bench
+    spec = {"data_dir": photos, "image_size": [48, 40], "batch_size": 8, "epochs": 1,
+            "seed": 0, "num_images": N}
+    if _dali_installed():
+        for mode in ("eval", "train"):
+            batches = peers_module.DaliBatches(photos, (48, 40), 8, 2, mode=mode, seed=0)
+            got = list(batches)
+            assert len(got) == N // 8
+            assert {x.shape for x, _ in got} == {(8, 48, 40, 3)}
+            assert {x.dtype.name for x, _ in got} == {"uint8"}
+            labels = np.concatenate([y for _, y in got])
+            # one epoch of 32 files, 8 in each of the 4 class folders
+            assert np.bincount(labels).tolist() == [8, 8, 8, 8]
+            assert 0 < np.mean(np.concatenate([x for x, _ in got])) < 255
+        res = bench.run_candidates(["dali_train"], spec, progress=False)
+        _figures_ok(res["dali_train"], N)
+        assert res["dali_train"]["mode"] == "train" and res["dali_train"]["dali_version"]
+    # Not installed (or hidden here): skipped with the reason, no subprocess started.
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "nvidia.dali" else real(name, *a))
+    monkeypatch.setattr(bench, "run_candidate", lambda *a, **k: pytest.fail("subprocess started"))
+    res = bench.run_candidates(["dali", "dali_train"], spec, progress=False)
+    for name in ("dali", "dali_train"):
+        assert res[name]["skipped"] == peers_module.DALI_MISSING
+    assert "pip install nvidia-dali-cuda120" in peers_module.DALI_MISSING
 
 
 def test_memory_scaling(photos, tmp_path):
@@ -154,6 +215,21 @@ def test_gpu_saturation_small_model(photos, tmp_path):
         assert out["mixed_precision"] is False
     assert out["num_files"] == N and out["num_classes"] == 4
     assert out["synthetic_images_per_sec"] > 0 and out["pipeline_images_per_sec"] > 0
+    assert out["ratio"] == pytest.approx(
+        out["pipeline_images_per_sec"] / out["synthetic_images_per_sec"])
+
+
+def test_gpu_saturation_smoke_flag(photos, tmp_path):
+    """``--smoke`` (small model, 32x32, batch 8, 3 timed steps) over ``--num_images``
+    photos symlinked into a temporary tree (10 class folders)."""
+    _run("gpu_saturation.py", "--smoke", f"--data_dir={photos}", "--num_images=16",
+         f"--json_out={tmp_path / 'smoke.json'}")
+    out = _load(tmp_path, "smoke")
+    assert out["smoke"] is True and out["model"] == "small"
+    assert (out["image_size"], out["batch_size"], out["steps"], out["warmup"],
+            out["repeats"]) == (32, 8, 3, 1, 1)
+    assert out["num_files"] == 16 and out["num_classes"] == 10
+    assert [len(v) for v in out["runs_images_per_sec"].values()] == [1, 1]
     assert out["ratio"] == pytest.approx(
         out["pipeline_images_per_sec"] / out["synthetic_images_per_sec"])
 
@@ -263,3 +339,16 @@ def test_startup(photos, tmp_path):
                                     "keras_peak_rss_mb"}
     assert out["targets"] == {}  # no target sizes in a tiny run
     assert "| files | pipeline factory |" in stdout and "index bytes per file" in stdout
+
+
+def test_decode_cost(photos, tmp_path):
+    stdout = _run("decode_cost.py", f"--data_dir={photos}", "--repeats=1", "--epochs=1",
+                  "--image_size=32", f"--json_out={tmp_path / 'd.json'}")
+    out = json.loads((tmp_path / "d.json").read_text())
+    c = out["candidates"]
+    assert set(c) == {"identity", "decode_jpeg", "decoder", "decoder_no_exif",
+                      "decode_jpeg+resize", "decoder+resize"}
+    assert out["images"] > 0 and all(v["min"] > 0 and v["runs"] == [v["min"]] for v in c.values())
+    # decoding costs more than the map machinery alone, whatever the machine's load
+    assert c["decode_jpeg"]["min"] > c["identity"]["min"]
+    assert "x decode_jpeg" in stdout

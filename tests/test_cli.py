@@ -283,3 +283,84 @@ def test_readme_sends_readers_only_to_files_that_exist():
     for ref in set(re.findall(r"\]\(([\w./-]+\.md)\)", text)):
         assert os.path.exists(os.path.join(REPO, ref)), ref
     assert "API.md" not in text and "NOTES.md" not in text
+
+
+def test_doctor_prints_aligned_lines_or_json():
+    import json
+    import tensorflow as tf
+    code, out, _ = run_cli("doctor")
+    assert code == 0
+    assert "{" not in out and "'" not in out.split("decoders")[0]   # no raw dict
+    lines = out.strip().splitlines()
+    assert lines[0].split() == ["Python", sys.version.split()[0]]
+    tf_line = next(l for l in lines if l.startswith("TensorFlow "))
+    assert tf_line.split() == ["TensorFlow", tf.__version__]
+    # values start in one column
+    starts = {len(l) - len(l[len(l.split("  ")[0]):].lstrip()) for l in lines
+              if not l.startswith("To ")}
+    assert len(starts) == 1, starts
+    assert any(l.startswith("TF C++ warnings     hidden") or
+               l.startswith("TF C++ warnings     shown") for l in lines)
+    code, out, _ = run_cli("doctor", "--json")
+    info = json.loads(out)
+    assert code == 0 and info["tensorflow"] == tf.__version__
+    assert set(info["tf_cpp_log"]) == {"quiet", "how"}
+
+
+def _written_paths(out_dir):
+    import tensorflow as tf
+    paths = []
+    for f in sorted(os.listdir(out_dir)):
+        if f.endswith(".json"):
+            continue
+        for rec in tf.data.TFRecordDataset(os.path.join(out_dir, f)):
+            ex = tf.train.Example.FromString(rec.numpy())
+            paths.append(ex.features.feature["path"].bytes_list.value[0].decode())
+    return paths
+
+
+def test_convert_has_shuffle_and_seed_flags(tmp_path):
+    code, out, _ = run_cli("convert", "--help")
+    assert code == 0
+    assert "--[no]shuffle\n" in out and "[default: true]" in out.split("--[no]shuffle")[1]
+    assert "--seed=N\n" in out and "[default: 0]" in out.split("--seed=N")[1]
+    src = tmp_path / "src"
+    for c in ("a", "b"):
+        for i in range(6):
+            (src / c).mkdir(parents=True, exist_ok=True)
+            from conftest import solid
+            solid(str(src / c / f"{i}.png"), i)
+    in_order = sorted(str(p) for p in src.glob("*/*.png"))
+    orders = {}
+    for name, flags_ in (("plain", ["--noshuffle"]), ("s0", []), ("s0b", ["--seed=0"]),
+                         ("s1", ["--seed=1"])):
+        code, _, err = run_cli("convert", str(src), str(tmp_path / name), "--num_shards=1",
+                               "--noprogress", *flags_)
+        assert code == 0, err
+        orders[name] = _written_paths(str(tmp_path / name))
+    assert orders["plain"] == in_order
+    assert sorted(orders["s0"]) == in_order and orders["s0"] != in_order
+    assert orders["s0"] == orders["s0b"]               # the default seed is 0
+    assert orders["s1"] != orders["s0"] and sorted(orders["s1"]) == in_order
+
+
+def test_convert_out_that_is_a_file_is_a_usage_error(tmp_path):
+    """Found by a fresh-eyes user: OUT naming an existing file gave a raw traceback (exit 1)."""
+    from conftest import solid
+    solid(str(tmp_path / "src" / "a" / "0.png"), 1)
+    out = tmp_path / "x.txt"
+    out.write_text("not a folder")
+    code, _, err = run_cli("convert", str(tmp_path / "src"), str(out), "--noprogress")
+    assert code == 2, err
+    assert "is a file" in err and "Traceback" not in err
+
+
+def test_bench_candidate_failure_says_why(monkeypatch):
+    """Found by a fresh-eyes user: a failed candidate's message ended after a colon."""
+    import subprocess as sp
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: sp.CompletedProcess(
+        a, 1, stdout="", stderr="ValueError: boom\n"))
+    with pytest.raises(RuntimeError, match=r"failed \(exit 1\): ValueError: boom\. .*on_error=skip"):
+        bench.run_candidate({"name": "pipeline"}, progress=False)
+    with pytest.raises(RuntimeError, match=r"its error is printed above"):
+        bench.run_candidate({"name": "pipeline"}, progress=True)

@@ -156,3 +156,93 @@ def test_manifest_messages(tmp_path):
     j.write_text('{"path": 5, "label": 0}\n')
     with pytest.raises(ValueError, match=r"the path in column 'path' must be a string, got 5"):
         pipeline.from_manifest(str(j))
+
+
+# --- issue 15: what a user meets with skip mode, include_paths and prefetch_to_device ----
+
+def _fit_tree(root, n_per_class=5, bad=0):
+    for c in ("x", "y"):
+        for i in range(n_per_class):
+            solid(os.path.join(root, c, f"{i}.jpg"), 40 * i + (c == "y") * 10, fmt="JPEG")
+    for i in range(bad):
+        with open(os.path.join(root, "x", f"bad{i}.jpg"), "wb") as f:
+            f.write(b"\xff\xd8\xff\xe0 not really a jpeg")
+    return root
+
+
+def _tiny_model(num_classes):
+    import keras
+    m = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Rescaling(1 / 255.0),
+                          keras.layers.GlobalAveragePooling2D(),
+                          keras.layers.Dense(num_classes)])
+    m.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return m
+
+
+def _batch_counter():
+    """A Keras callback whose ``per_epoch`` lists the batches of each epoch."""
+    import keras
+
+    class Counter(keras.callbacks.Callback):
+        per_epoch = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.per_epoch = self.per_epoch + [0]
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.per_epoch[-1] += 1
+    return Counter()
+
+
+def test_skip_mode_length_is_unknown_and_fit_runs_every_epoch_as_documented(tmp_path):
+    import tensorflow as tf
+    root = _fit_tree(str(tmp_path / "d"), n_per_class=5, bad=1)   # 10 good, 1 bad
+    ds = pipeline.from_directory(root, image_size=(8, 8), batch_size=4, on_error="skip",
+                                 seed=0)
+    assert int(ds.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+    with pytest.raises(TypeError):
+        len(ds)
+    counter = _batch_counter()
+    hist = _tiny_model(2).fit(ds, epochs=3, verbose=0, callbacks=[counter])
+    assert len(hist.history["loss"]) == 3
+    assert counter.per_epoch == [3, 3, 3]            # 10 good images in batches of 4, each epoch
+    assert [r.path for r in pipeline.errors(ds)] == [os.path.join(root, "x", "bad0.jpg")]
+    # raise mode (the default): the length is known
+    good = _fit_tree(str(tmp_path / "g"), n_per_class=5)
+    ds = pipeline.from_directory(good, image_size=(8, 8), batch_size=4)
+    assert len(ds) == 3 and int(ds.cardinality()) == 3
+
+
+def test_include_paths_recipe_for_fit(tmp_path):
+    root = _fit_tree(str(tmp_path / "d"), n_per_class=4)
+    ds = pipeline.from_directory(root, image_size=(8, 8), batch_size=4, include_paths=True,
+                                 seed=0)
+    assert len(ds.element_spec) == 3 and ds.element_spec[2].dtype.name == "string"
+    model = _tiny_model(2)
+    with pytest.raises(Exception):      # Keras reads the paths as sample_weight (documented)
+        model.fit(ds, epochs=1, verbose=0)
+    fit_ds = ds.map(lambda *el: el[:-1])               # the recipe in the docs
+    assert len(fit_ds.element_spec) == 2
+    hist = model.fit(fit_ds, epochs=2, verbose=0)
+    assert len(hist.history["loss"]) == 2 and np.isfinite(hist.history["loss"]).all()
+    doc = pipeline.ImageOptions.__doc__
+    assert "ds.map(lambda *el: el[:-1])" in doc and "sample_weight" in doc
+
+
+def test_prefetch_to_device_without_that_device_warns_once(tmp_path, caplog):
+    import tensorflow as tf
+    if tf.config.list_logical_devices("GPU"):
+        pytest.skip("a GPU is present: /gpu:7 may exist")
+    root = _fit_tree(str(tmp_path / "d"), n_per_class=2)
+    caplog.set_level("WARNING")
+    a = pipeline.from_directory(root, image_size=(8, 8), batch_size=2, prefetch_to_device="/gpu:7")
+    b = pipeline.from_directory(root, image_size=(8, 8), batch_size=2, prefetch_to_device="/gpu:7")
+    lines = [r.getMessage() for r in caplog.records if "prefetch_to_device" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "'/gpu:7' is ignored" in lines[0] and "no such device" in lines[0] and "CPU:0" in lines[0]
+    x, _ = next(iter(a))
+    assert x.shape == (2, 8, 8, 3) and "CPU" in x.device
+    assert sum(int(x.shape[0]) for x, _ in b) == 4
+    caplog.clear()   # a device that exists: no warning
+    pipeline.from_directory(root, image_size=(8, 8), batch_size=2, prefetch_to_device="/cpu:0")
+    assert not [r for r in caplog.records if "prefetch_to_device" in r.getMessage()]

@@ -202,3 +202,11 @@ def test_missing_shard_is_refused(folder, tmp_path):
         pipeline.from_tfrecords(out, image_size=(4, 4))
     kept = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".tfrecord")]
     assert sum(1 for _ in pipeline.from_tfrecords(kept, image_size=(4, 4)).unbatch()) < 9
+
+
+def test_missing_folder_is_named(tmp_path):
+    """Found by a fresh-eyes user: a folder that does not exist was reported as a missing
+    dataset.json in its parent folder."""
+    missing = str(tmp_path / "nonexistent")
+    with pytest.raises(FileNotFoundError, match="does not exist.*nonexistent"):
+        pipeline.from_tfrecords(missing)

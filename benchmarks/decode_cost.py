@@ -1,0 +1,113 @@
+"""Where the CPU goes per image: pipeline's decoder against a bare ``decode_jpeg``.
+
+Each candidate is a map function over the photos' bytes, already in memory
+(``Dataset.from_tensor_slices(bytes).map(fn)``, private thread pool of 1, no
+autotune), so reading files and thread hand-offs are left out and what is
+measured is the map function's own CPU time per image (``time.process_time``
+around whole epochs). Candidates alternate for ``--repeats`` rounds; min,
+median and max are reported (the minimum is the steadiest on a shared machine).
+
+  decode_jpeg            tf.io.decode_jpeg(channels=3): the floor
+  decoder                pipeline.decode.Decoder().decode (sniff, bomb guard,
+                         EXIF orientation, JPEG fast path)
+  decoder_no_exif        the same with exif_orientation=False
+  decode_jpeg+resize     plain tf.data's map: decode_jpeg + transform.resize
+  decoder+resize         the pipeline's eval map (resize="stretch")
+  identity               the map machinery alone
+
+Full size (the 1,000-photo sample)::
+
+    python benchmarks/decode_cost.py --json_out=decode_cost.json
+
+Tiny smoke run::
+
+    python benchmarks/decode_cost.py --num_images=16 --repeats=1 --epochs=1 --json_out=/tmp/d.json
+"""
+
+import glob
+import json
+import os
+import statistics
+import sys
+import time
+
+from absl import app, flags
+
+from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
+from candidates import data_dir as _data_dir  # noqa: E402
+
+import tensorflow as tf  # noqa: E402
+
+from pipeline import decode, transform  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("data_dir", None, "Class-folder photo root. " + DATA_DIR_HELP)
+flags.DEFINE_integer("num_images", 0, "Use only the first N JPEG photos; 0 = all.")
+flags.DEFINE_integer("image_size", 224, "Resize target, height and width (pixels).")
+flags.DEFINE_integer("epochs", 2, "Epochs per timed pass.")
+flags.DEFINE_integer("repeats", 3, "Alternating rounds over all candidates.")
+flags.DEFINE_string("json_out", None, "Write the figures as JSON here.")
+
+
+def candidates(size):
+    full, no_exif = decode.Decoder(3), decode.Decoder(3, exif_orientation=False)
+    px = lambda img: img[0, 0]  # a cheap output that depends on the whole decode
+    jpeg = lambda c: tf.io.decode_jpeg(c, channels=3)
+    return {
+        "identity": lambda c: tf.strings.length(c),
+        "decode_jpeg": lambda c: px(jpeg(c)),
+        "decoder": lambda c: px(full.decode(c)[0]),
+        "decoder_no_exif": lambda c: px(no_exif.decode(c)[0]),
+        "decode_jpeg+resize": lambda c: transform.resize(jpeg(c), size),
+        "decoder+resize": lambda c: transform.resize(full.decode(c)[0], size),
+    }
+
+
+def cpu_us_per_image(blobs, fn, epochs):
+    """CPU microseconds per image of one pass of ``epochs`` over ``blobs``."""
+    ds = tf.data.Dataset.from_tensor_slices(blobs).repeat(epochs).map(fn).batch(32)
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = 1
+    options.autotune.enabled = False
+    ds = ds.with_options(options)
+    for _ in ds.take(2):  # instantiate the functions before timing
+        pass
+    t = time.process_time()
+    for _ in ds:
+        pass
+    return (time.process_time() - t) / (len(blobs) * epochs) * 1e6
+
+
+def main(argv):
+    del argv
+    root = _data_dir(FLAGS.data_dir)
+    files = sorted(p for p in glob.glob(os.path.join(root, "*", "*"))
+                   if open(p, "rb").read(3) == b"\xff\xd8\xff")
+    if FLAGS.num_images:
+        files = files[:FLAGS.num_images]
+    if not files:
+        sys.exit(f"no JPEG files under {root}/<class>/")
+    blobs = [open(p, "rb").read() for p in files]
+    cands = candidates((FLAGS.image_size, FLAGS.image_size))
+    runs = {name: [] for name in cands}
+    for _ in range(FLAGS.repeats):
+        for name, fn in cands.items():
+            runs[name].append(cpu_us_per_image(blobs, fn, FLAGS.epochs))
+    out = {"data_dir": root, "images": len(blobs), "epochs": FLAGS.epochs,
+           "repeats": FLAGS.repeats, "unit": "CPU microseconds per image, one thread",
+           "candidates": {n: {"min": min(v), "median": statistics.median(v), "max": max(v),
+                              "runs": v} for n, v in runs.items()}}
+    floor = out["candidates"]["decode_jpeg"]["min"]
+    print(f"{len(blobs)} JPEGs from {root}; CPU us per image, one thread (min / median / max "
+          f"of {FLAGS.repeats} rounds)")
+    for name, r in out["candidates"].items():
+        print(f"  {name:20s} {r['min']:8.0f} {r['median']:8.0f} {r['max']:8.0f}   "
+              f"{r['min'] / floor:5.2f}x decode_jpeg")
+    if FLAGS.json_out:
+        with open(FLAGS.json_out, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,226 @@
+"""Capacity plan: the cores and tf.data service workers needed to feed N images/s.
+
+The model is one number measured on the user's own files and options: the
+pipeline's cost per image, as **images per CPU-second** (steady state, after
+each epoch's first batch, measured by the benchmark harness in its own
+subprocess, alternated ``repeats`` times; the median is used). Decoding and
+resizing are embarrassingly parallel, so the CPU time per image does not
+depend on how many cores share the work, and
+
+    cores   = ceil(target_images_per_sec * headroom / images_per_cpu_sec)
+    workers = ceil(target_images_per_sec * headroom
+                   / (worker_cores * images_per_cpu_sec))
+
+``headroom`` (default 1.25, i.e. 25% spare) covers what the local measurement
+does not contain: the tf.data service's own work on the workers (serializing
+and compressing batches, gRPC), uneven load between workers, epoch starts and
+files that decode slower than the measured sample. The README's "Capacity
+plan" section checks the model against a measured 1 -> 2 worker run
+(``benchmarks/service_scaling.py --pin_workers --plan``).
+
+Cost is machine-specific: measure on the kind of machine the workers will run
+on (``python -m pipeline bench --plan --target_images_per_sec=N`` there).
+
+    from pipeline import capacity
+    cost = capacity.measure_cost("photos/", image_size=(224, 224), augment=True)
+    print(capacity.capacity_plan(8 * 7000, cost["images_per_cpu_sec"], worker_cores=8,
+                                 measurement=cost).table())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Sequence
+
+from pipeline import checks
+
+__all__ = ["CapacityPlan", "capacity_plan", "measure_cost"]
+
+DEFAULT_HEADROOM = 1.25
+DEFAULT_WORKER_CORES = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class CapacityPlan:
+    """What it takes to feed ``target_images_per_sec`` (see ``capacity_plan``).
+
+    Attributes:
+        target_images_per_sec: float, the rate to feed (images/s, all
+            accelerators together).
+        images_per_cpu_sec: float, the measured cost: images one CPU core
+            delivers per second of CPU time.
+        headroom: float >= 1, the factor of spare capacity planned.
+        worker_cores: int, cores per tf.data service worker.
+        cores_exact: float, ``target * headroom / images_per_cpu_sec`` (cores).
+        cores: int, ``ceil(cores_exact)``.
+        workers: int, ``ceil(cores_exact / worker_cores)`` workers of
+            ``worker_cores`` cores.
+        worker_images_per_sec: float, one worker's full-speed rate,
+            ``worker_cores * images_per_cpu_sec`` (images/s, no headroom).
+        fleet_images_per_sec: float, ``workers * worker_images_per_sec``: what
+            the planned workers deliver flat out (images/s, >= target *
+            headroom).
+        measurement: dict or None, how ``images_per_cpu_sec`` was measured
+            (``measure_cost``'s result).
+    """
+    target_images_per_sec: float
+    images_per_cpu_sec: float
+    headroom: float
+    worker_cores: int
+    cores_exact: float
+    cores: int
+    workers: int
+    worker_images_per_sec: float
+    fleet_images_per_sec: float
+    measurement: Optional[dict] = None
+
+    def table(self) -> str:
+        """The plan as text lines (the CLI prints this)."""
+        lines = []
+        m = self.measurement
+        if m:
+            spread = (f" (median of {m['runs']} runs, {m['min']:.0f}-{m['max']:.0f})"
+                      if m.get("runs", 1) > 1 else " (one run: no spread measured)")
+            lines += [f"measured: {m['num_images']} images in {m['data_dir']}, "
+                      f"image_size={m['image_size'][0]}x{m['image_size'][1]}, "
+                      f"{'train (random resized crop + flip)' if m['augment'] else 'eval'} "
+                      f"mode, {m['cores_used']:.2f} of {m['machine_cores']} cores busy",
+                      f"cost: {self.images_per_cpu_sec:.0f} images per CPU-second{spread}"]
+        else:
+            lines.append(f"cost: {self.images_per_cpu_sec:.0f} images per CPU-second (given)")
+        lines += [
+            f"target: {self.target_images_per_sec:,.0f} images/s; headroom x{self.headroom:g} "
+            f"-> plan for {self.target_images_per_sec * self.headroom:,.0f} images/s",
+            f"cores: {self.target_images_per_sec:,.0f} x {self.headroom:g} / "
+            f"{self.images_per_cpu_sec:.0f} = {self.cores_exact:,.1f} -> {self.cores} cores",
+            f"tf.data service workers of {self.worker_cores} cores "
+            f"({self.worker_images_per_sec:,.0f} images/s each at full speed): "
+            f"{self.workers} workers ({self.workers * self.worker_cores} cores, "
+            f"{self.fleet_images_per_sec:,.0f} images/s flat out)",
+            f"the headroom ({100 * (self.headroom - 1):.0f}% spare) covers the service's own "
+            "work on the workers (serializing, compressing, gRPC), uneven load and slower "
+            "files; the trainer's side (receiving batches) is not counted",
+        ]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """The plan as JSON-ready values."""
+        return dataclasses.asdict(self)
+
+
+def _positive(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or not math.isfinite(value):
+        raise ValueError(f"`{name}` must be a finite number > 0. {checks.received(name, value)}")
+    return float(value)
+
+
+def capacity_plan(target_images_per_sec: float, images_per_cpu_sec: float,
+                  worker_cores: int = DEFAULT_WORKER_CORES,
+                  headroom: float = DEFAULT_HEADROOM,
+                  measurement: Optional[dict] = None) -> CapacityPlan:
+    """The cores and tf.data service workers needed to feed a rate (arithmetic only).
+
+    Args:
+        target_images_per_sec: float > 0, images/s to feed, all accelerators
+            together (e.g. 8 GPUs x 7,000 = 56,000).
+        images_per_cpu_sec: float > 0, the pipeline's measured cost on the
+            workers' kind of core (``measure_cost(...)["images_per_cpu_sec"]``).
+        worker_cores: int >= 1, cores per tf.data service worker.
+        headroom: float >= 1, spare capacity factor (1.25 plans 25% more than
+            the target).
+        measurement: optional dict kept in the plan (``measure_cost``'s result).
+
+    Returns:
+        A ``CapacityPlan``: ``cores = ceil(target * headroom /
+        images_per_cpu_sec)``, ``workers = ceil(that exact core count /
+        worker_cores)``.
+
+    Raises:
+        ValueError: an argument out of range, named with the value received.
+    """
+    target = _positive("target_images_per_sec", target_images_per_sec)
+    cost = _positive("images_per_cpu_sec", images_per_cpu_sec)
+    worker_cores = checks.check_int("worker_cores", worker_cores)
+    headroom = _positive("headroom", headroom)
+    if headroom < 1:
+        raise ValueError("`headroom` must be >= 1 (1.25 plans 25% spare capacity). "
+                         f"{checks.received('headroom', headroom)}")
+    # Round before ceil: 56000 * 1.25 / 400 is 175.00000000000003 in floats.
+    cores_exact = round(target * headroom / cost, 9)
+    workers = math.ceil(round(cores_exact / worker_cores, 9))
+    return CapacityPlan(
+        target_images_per_sec=target, images_per_cpu_sec=cost, headroom=headroom,
+        worker_cores=worker_cores, cores_exact=cores_exact, cores=math.ceil(cores_exact),
+        workers=workers, worker_images_per_sec=worker_cores * cost,
+        fleet_images_per_sec=workers * worker_cores * cost, measurement=measurement)
+
+
+def measure_cost(data_dir: str, image_size: Sequence[int] = (224, 224), batch_size: int = 64,
+                 augment: bool = False, epochs: int = 2, repeats: int = 3,
+                 on_error: str = "raise", seed: int = 0, progress: bool = False) -> dict:
+    """Measures the pipeline's cost per image on these files with these options.
+
+    Runs ``pipeline.from_directory(data_dir, image_size=..., batch_size=...)``
+    (with ``augment=True``: ``Augment(random_resized_crop=True,
+    horizontal_flip=True)``, the benchmark's ``pipeline_train``) through the
+    benchmark harness: ``repeats`` runs of ``epochs`` epochs, each in a fresh
+    subprocess using every core of this machine.
+
+    Args:
+        data_dir: str, a class-folder directory.
+        image_size: (height, width) pixels.
+        batch_size: int >= 1.
+        augment: bool, train mode (random resized crop + flip) instead of eval.
+        epochs: int >= 1, epochs per run.
+        repeats: int >= 1, runs; the median is used.
+        on_error: "raise" or "skip" (``from_directory``'s).
+        seed: int, shuffle seed.
+        progress: bool, tqdm bars on stderr.
+
+    Returns:
+        dict: ``images_per_cpu_sec`` (median steady-state images per
+        CPU-second; ``min``, ``max`` over ``runs`` runs), ``images_per_sec``
+        (median), ``cores_used`` (median CPU-seconds per second), and what
+        was measured (``data_dir`` label, ``num_images``, ``image_size``,
+        ``batch_size``, ``augment``, ``epochs``, ``machine_cores``,
+        ``candidate``).
+
+    Raises:
+        ValueError: a bad argument, or fewer files than two batches (no
+            steady state to measure).
+        RuntimeError: the measuring subprocess failed.
+    """
+    from pipeline import bench
+    from pipeline import candidates  # noqa: F401  registers "pipeline", "pipeline_train"
+    from pipeline import index as index_lib
+    from pipeline import sample
+
+    size = [checks.check_int("image_size", v) for v in image_size]
+    if len(size) != 2:
+        raise ValueError(f"`image_size` must be (height, width). "
+                         f"{checks.received('image_size', image_size)}")
+    for name, value in (("batch_size", batch_size), ("epochs", epochs), ("repeats", repeats)):
+        checks.check_int(name, value)
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"`on_error` must be 'raise' or 'skip'. "
+                         f"{checks.received('on_error', on_error)}")
+    idx = index_lib.index_directory(data_dir)
+    if len(idx) < 2 * batch_size:
+        raise ValueError(f"measuring the cost needs at least 2 batches of files (a steady "
+                         f"state after the first batch). Received: {len(idx)} files in "
+                         f"data_dir={sample.data_dir_label(data_dir)!r}, "
+                         f"batch_size={batch_size}")
+    name = "pipeline_train" if augment else "pipeline"
+    spec = {"data_dir": data_dir, "image_size": size, "batch_size": batch_size,
+            "epochs": epochs, "seed": seed, "num_images": len(idx),
+            "options": {"on_error": on_error}}
+    result = bench.run_candidates([name], spec, repeats=repeats, progress=progress)[name]
+    s = bench.spread(result, "steady_images_per_cpu_sec")
+    return {"images_per_cpu_sec": s["median"], "min": s["min"], "max": s["max"],
+            "runs": s["runs"], "images_per_sec": result["images_per_sec"],
+            "cores_used": result["steady_cpu_cores_used"], "candidate": name,
+            "data_dir": sample.data_dir_label(data_dir), "num_images": len(idx),
+            "image_size": size, "batch_size": batch_size, "augment": bool(augment),
+            "epochs": epochs, "machine_cores": checks.cpu_count()}
