@@ -27,7 +27,9 @@ Nothing here is marked xfail: the tests of open faults fail until the faults are
 Hypothesis profiles (``PIPELINE_HYPOTHESIS_PROFILE`` chooses; default "ci" when the ``CI``
 environment variable is set, else "dev"): "ci" is derandomized with few examples so that
 this file runs in about 90 s on 2 cores; "dev" is the same number of random examples;
-"thorough" runs ``PIPELINE_HYPOTHESIS_EXAMPLES`` (default 2000). Set
+"thorough" runs ``PIPELINE_HYPOTHESIS_EXAMPLES`` (default 2000) and shrinks a failure
+unless ``PIPELINE_HYPOTHESIS_SHRINK=0``. ``PIPELINE_PROP_LOG=<file>`` appends one line per
+example (time, passed/FAILED, seconds, the combination): the count of a long sweep. Set
 ``PIPELINE_PROP_EXCLUDE_KNOWN=1`` to leave out the combinations that hit the issue's open
 faults (see ``known_fault``), so that a sweep looks for new ones.
 
@@ -41,6 +43,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
@@ -74,9 +77,13 @@ _NO_SHRINK = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
 settings.register_profile("ci", max_examples=CI_EXAMPLES, derandomize=True, database=None,
                           phases=_NO_SHRINK, **_COMMON)
 settings.register_profile("dev", max_examples=CI_EXAMPLES, phases=_NO_SHRINK, **_COMMON)
+# "thorough" shrinks a failure unless PIPELINE_HYPOTHESIS_SHRINK=0 (a long sweep that logs
+# its examples, see PIPELINE_PROP_LOG, can rather report the failure as drawn and go on).
+_THOROUGH_PHASES = (list(Phase) if os.environ.get("PIPELINE_HYPOTHESIS_SHRINK", "1") != "0"
+                    else _NO_SHRINK)
 settings.register_profile(
     "thorough", max_examples=int(os.environ.get("PIPELINE_HYPOTHESIS_EXAMPLES", "2000")),
-    **_COMMON)
+    phases=_THOROUGH_PHASES, **_COMMON)
 PROFILE = os.environ.get("PIPELINE_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI")
                                                            else "dev")
 EXCLUDE_KNOWN = os.environ.get("PIPELINE_PROP_EXCLUDE_KNOWN", "") not in ("", "0")
@@ -380,10 +387,22 @@ def test_option_space(corpus, cfg):
     if EXCLUDE_KNOWN:
         assume(fault is None)
     cache_dir = tempfile.mkdtemp(dir=corpus.base, prefix="cache-")
+    start, outcome = time.monotonic(), "FAILED"
     try:
         _check_config(corpus, cfg, cache_dir)
+        outcome = "passed"
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
+        _log_example(cfg, outcome, time.monotonic() - start)
+
+
+def _log_example(cfg, outcome, seconds):
+    """One line per example to the file PIPELINE_PROP_LOG names (if set): a sweep's count."""
+    path = os.environ.get("PIPELINE_PROP_LOG")
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {outcome} {seconds:.1f}s {cfg}\n")
 
 
 def _check_config(corpus, cfg, cache_dir):
