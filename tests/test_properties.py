@@ -147,7 +147,7 @@ def configs(draw):
         pipelines=draw(st.sampled_from([None, 1, 2, 3, 4, 5])),
         bad=draw(st.booleans()),
         on_error=draw(st.sampled_from(["raise", "skip"])),
-        resize=draw(st.sampled_from(["stretch", "crop", "pad"])),
+        resize=draw(st.sampled_from(["stretch", "crop", "pad", "center_crop"])),
         image_size=draw(st.sampled_from(IMAGE_SIZES)),
         batch=draw(st.sampled_from([None, 1, 2, 5, 7])),
         channels=draw(st.sampled_from([1, 3, 4])),
@@ -325,7 +325,7 @@ def check_label(cfg, i, y):
 
 
 def check_geometry(cfg, corpus, i, img):
-    """Flat files: stretch/crop fill the frame; pad fits the content, centred."""
+    """Flat files: stretch/crop/center_crop fill the frame; pad fits the content, centred."""
     f = corpus.files[i]
     mask = pdata.content_mask(img)
     table = pdata.expected_table(cfg.channels)
@@ -338,7 +338,7 @@ def check_geometry(cfg, corpus, i, img):
     if f.marked:
         return
     th, tw = cfg.image_size
-    if cfg.resize in ("stretch", "crop"):
+    if cfg.resize in ("stretch", "crop", "center_crop"):
         assert mask.all(), f"id {i}: {cfg.resize} left {int((~mask).sum())} black pixels"
         return
     rows = np.flatnonzero(mask.any(axis=1))
