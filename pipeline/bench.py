@@ -494,6 +494,13 @@ def _worker(spec_json: str) -> None:
     except CandidateSkipped as e:
         result = {"name": spec["name"], "skipped": str(e),
                   "description": DESCRIPTIONS.get(spec["name"], spec["name"])}
+    except Exception as e:  # noqa: BLE001 - reported to the parent, then a hard exit
+        # A normal interpreter exit can hang here after tf.data raised mid-epoch (its
+        # threads still hold TensorFlow's locks): say why on stderr and leave at once.
+        message = getattr(e, "message", None) or str(e)
+        print(f"{type(e).__name__}: {message.strip().splitlines()[0] if message.strip() else ''}",
+              file=sys.stderr, flush=True)
+        os._exit(1)
     print(json.dumps(result), flush=True)
     sys.stderr.flush()
     os._exit(0)  # queue-runner threads and Sessions must not hold up the exit

@@ -138,8 +138,10 @@ class ImageOptions:
             is not used: it is a different filter, tens of levels off.
         augment: None or a ``pipeline.Augment`` (random ops, seeded, in graph).
         input_context: a ``tf.distribute.InputContext``: this input pipeline's
-            share of the elements (exactly once across pipelines); the
-            batch is the per-replica batch.
+            share of the elements (exactly once across pipelines); each
+            pipeline's batches hold the per-replica batch,
+            ``input_context.get_per_replica_batch_size(batch_size)``
+            (``batch_size`` stays the global batch).
         service: None or the address of a tf.data service dispatcher
             ("grpc://host:port"): the pipeline runs on its workers.
         processing_mode: "off", "dynamic" or "file" (service sharding policy);

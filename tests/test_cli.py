@@ -364,3 +364,19 @@ def test_bench_candidate_failure_says_why(monkeypatch):
         bench.run_candidate({"name": "pipeline"}, progress=False)
     with pytest.raises(RuntimeError, match=r"its error is printed above"):
         bench.run_candidate({"name": "pipeline"}, progress=True)
+
+
+def test_bench_on_a_folder_with_a_bad_file_fails_fast_and_names_it(tmp_path):
+    """Found by a fresh-eyes user: the measuring subprocess raised, then hung at
+    interpreter exit (tf.data's threads still held TensorFlow's locks) for minutes."""
+    from conftest import solid
+    for i in range(4):
+        solid(str(tmp_path / "d" / "a" / f"{i}.jpg"), 10 * i)
+    good = (tmp_path / "d" / "a" / "0.jpg").read_bytes()
+    (tmp_path / "d" / "a" / "trunc.jpg").write_bytes(good[:len(good) // 2])
+    r = subprocess.run([sys.executable, "-m", "pipeline", "bench", f"--data_dir={tmp_path / 'd'}",
+                        "--batch_size=2", "--repeats=1", "--epochs=1", "--compare=",
+                        "--noprogress"], capture_output=True, text=True, timeout=180,
+                       cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "trunc.jpg" in r.stderr and "--on_error=skip" in r.stderr
