@@ -84,3 +84,21 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=f"needs tensorflow-io: {st.reason}")
     for item in marked:
         item.add_marker(skip)
+
+
+def run_cli(*args):
+    """``pipeline.cli.run`` in this process: (exit status, stdout, stderr); flags reset after."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+    from absl import flags
+    from pipeline import cli
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            cli.run(["pipeline", *args])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        flags.FLAGS.unparse_flags()
+    return code, out.getvalue(), err.getvalue()

@@ -1,16 +1,14 @@
 """The capacity plan: its arithmetic (exact, no timing) and the CLI on a tiny folder."""
 
-import io
 import json
 import math
-from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 import pytest
-from absl import flags
 from PIL import Image
 
-from pipeline import capacity, cli, sample
+from conftest import run_cli
+from pipeline import capacity, sample
 
 
 def test_worked_example_of_the_readme():
@@ -78,20 +76,6 @@ def test_bad_arguments_name_themselves(kwargs, name):
     args = dict({"target_images_per_sec": 1000, "images_per_cpu_sec": 400}, **kwargs)
     with pytest.raises(ValueError, match=rf"`{name}` must .*Received: {name}="):
         capacity.capacity_plan(**args)
-
-
-def run_cli(*args):
-    """``cli.run`` in this process: (exit status, stdout, stderr); flags reset after."""
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            cli.run(["pipeline", *args])
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        flags.FLAGS.unparse_flags()
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("args, says", [

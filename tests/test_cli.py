@@ -2,32 +2,16 @@
 scan's histogram labels, the default data folder, the candidate registry and the
 generated API reference. Most run in-process (no timings are asserted)."""
 
-import io
 import os
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
-from absl import flags
 
+from conftest import run_cli
 from pipeline import bench, cli, sample
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_cli(*args):
-    """``cli.run`` in this process: (exit status, stdout, stderr); flags reset after."""
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            cli.run(["pipeline", *args])
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        flags.FLAGS.unparse_flags()
-    return code, out.getvalue(), err.getvalue()
 
 
 # --- command line ------------------------------------------------------------
