@@ -647,6 +647,7 @@ def test_32bit_all_zero_alpha_is_opaque():
 # ------------------------------------------------------------------ real files, tf.data
 
 
+@pytest.mark.skipif(not os.path.isdir(CASES2), reason="needs ../shared/cases and cases2")
 def test_shared_colour_palette_and_rle8():
     expected = np.asarray(Image.open(os.path.join(CASES2, "bmp_expected_rgb.png")).convert("RGB"))
     assert expected[0, 0].tolist() == [53, 101, 197]
@@ -657,6 +658,7 @@ def test_shared_colour_palette_and_rle8():
         check_pillow(data)
 
 
+@pytest.mark.skipif(not os.path.isdir(CASES2), reason="needs ../shared/cases and cases2")
 def test_shared_gray8():
     with open(os.path.join(SHARED, "cases", "gray8.bmp"), "rb") as f:
         data = f.read()
@@ -665,6 +667,7 @@ def test_shared_gray8():
     assert rgb.shape == (36, 50, 3)
 
 
+@pytest.mark.skipif(not os.path.isdir(CASES2), reason="needs ../shared/cases and cases2")
 def test_in_dataset_map(tmp_path):
     """Runs inside tf.data.Dataset.map, with the header read first for a size check."""
     rng = np.random.default_rng(RNG_SEED)

@@ -706,6 +706,8 @@ def test_same_pixels_from_every_source_large_exif_jpeg(big_exif_jpegs):
             assert d <= 1, f"{paths[j]}: {name} differs from from_directory by {d} levels"
 
 
+@pytest.mark.skipif(not os.path.isdir(os.path.join(SHARED, "cases2")),
+                    reason="needs ../shared/cases2")
 @pytest.mark.parametrize("name,axis", [("wide_10000x3.png", 0), ("tall_3x10000.png", 1)])
 def test_pad_keeps_thin_images(name, axis):
     """Fault 5: resize="pad" of a valid 10000x3 (3x10000) PNG to 224x224 gives the content
