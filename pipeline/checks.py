@@ -12,6 +12,13 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
+# The default ``max_pixels``: Pillow's decompression-bomb limit, the size above
+# which ``PIL.Image.open`` raises ``DecompressionBombError`` (2 x
+# ``PIL.Image.MAX_IMAGE_PIXELS``, its warning threshold). Defined here, the
+# module that imports nothing heavy, so the command line's help reads it without
+# importing TensorFlow; ``config``, ``decode`` and ``cli`` all use this one value.
+DEFAULT_MAX_PIXELS = 178_956_970
+
 
 def received(name: str, value: Any) -> str:
     """``"Received: name=value"``, with numpy scalars printed as plain Python values."""

@@ -31,18 +31,46 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags, logging
 
+from pipeline import checks
+
 FLAGS = flags.FLAGS
 USAGE_ERROR = 2
 PROG = "python -m pipeline"
 
 # --- flags, each tagged with the commands it belongs to ---------------------
 FLAG_COMMANDS: Dict[str, Tuple[str, ...]] = {}
+# {flag: {command: the help text that command's --help shows}}
+FLAG_HELP: Dict[str, Dict[str, str]] = {}
 
 
-def _define(kind: Callable, name: str, default, help_text: str, commands: Sequence[str],
+def _define(kind: Callable, name: str, default, help_text, commands: Sequence[str],
             **kw) -> None:
-    kind(name, default, help_text, **kw)
-    FLAG_COMMANDS[name] = tuple(commands)
+    """Defines absl flag ``--name`` for ``commands``.
+
+    ``help_text`` is one str for a flag of one command, or {command: text} for
+    a flag several commands share: each command's ``--help`` shows its own
+    text (``--helpfull``, absl's one list, shows them all, each after its
+    command's name).
+    """
+    commands = tuple(commands)
+    if isinstance(help_text, str):
+        if len(commands) != 1:
+            raise ValueError(f"--{name} is shared by {list(commands)}: give its help per "
+                             "command, as {command: text}")
+        help_text = {commands[0]: help_text}
+    if set(help_text) != set(commands):
+        raise ValueError(f"--{name}: help for {sorted(help_text)}, but the flag belongs to "
+                         f"{sorted(commands)}")
+    absl_help = (help_text[commands[0]] if len(commands) == 1 else
+                 " ".join(f"{c}: {help_text[c]}" for c in commands))
+    kind(name, default, absl_help, **kw)
+    FLAG_COMMANDS[name] = commands
+    FLAG_HELP[name] = dict(help_text)
+
+
+def flag_help(name: str, command_name: str) -> str:
+    """The help text of ``--name`` as ``command_name --help`` shows it."""
+    return FLAG_HELP[name][command_name]
 
 
 ALL = ("bench", "scan", "convert", "service", "doctor")
@@ -62,10 +90,13 @@ _define(flags.DEFINE_list, "compare", ["keras"], "Candidates to run beside pipel
         "(pipeline/candidates.py).", ["bench"])
 _define(flags.DEFINE_integer, "sample_images", 512, "Images in the built-in sample (when "
         "no --data_dir).", ["bench"])
-_define(flags.DEFINE_integer, "seed", 0, "bench: the shuffle seed; convert: the seed of the "
-        "written order (with --shuffle).", ["bench", "convert"])
-_define(flags.DEFINE_string, "on_error", "raise", "pipeline's on_error: 'raise' or 'skip'.",
-        ["bench"])
+_define(flags.DEFINE_integer, "seed", 0, {
+    "bench": "The shuffle (and augmentation) seed every candidate gets.",
+    "convert": "The seed of the random order the rows are written in (with --shuffle).",
+}, ["bench", "convert"])
+_define(flags.DEFINE_string, "on_error", "raise", "What pipeline does with a bad file: "
+        "'raise' (the run fails, naming it) or 'skip' (left out and recorded). The peers do "
+        "what they do.", ["bench"])
 _define(flags.DEFINE_float, "max_spread", 0.25, "Spread (max-min)/median above which a "
         "figure is flagged as too wide to trust.", ["bench"])
 _define(flags.DEFINE_bool, "profile", False, "Instead of peers, profile pipeline's stages "
@@ -87,8 +118,11 @@ _define(flags.DEFINE_bool, "augment", False, "With --plan: measure train mode "
 _define(flags.DEFINE_string, "profile_dir", None, "With --profile: write a TensorBoard "
         "profiler trace here.", ["bench"])
 # scan, convert
-_define(flags.DEFINE_integer, "max_pixels", None, "Header pixel limit (default Pillow's "
-        "178,956,970).", ["scan"])
+_PILLOW_LIMIT = ("the default, the factories' too, is Pillow's decompression-bomb limit "
+                 "(2 x PIL.Image.MAX_IMAGE_PIXELS)")
+_define(flags.DEFINE_integer, "max_pixels", checks.DEFAULT_MAX_PIXELS, "A file whose header "
+        "claims more pixels (width x height) than this is a bad file, refused before "
+        f"decoding; {_PILLOW_LIMIT}.", ["scan"])
 _define(flags.DEFINE_bool, "follow_links", False, "Follow linked folders (loop-safe).",
         ["scan"])
 _define(flags.DEFINE_integer, "num_shards", None, "Shards to write (default: ~1 per "
@@ -97,11 +131,16 @@ _define(flags.DEFINE_integer, "num_workers", None, "Writer threads.", ["convert"
 _define(flags.DEFINE_bool, "shuffle", True, "Write the rows in a seeded random order "
         "(--seed), so that shards do not keep classes together; --noshuffle keeps the "
         "index order.", ["convert"])
-_define(flags.DEFINE_string, "path_column", None, "Manifest path column.", ["convert"])
-_define(flags.DEFINE_list, "label_columns", None, "Manifest label column(s).", ["convert"])
-_define(flags.DEFINE_string, "root", None, "Manifest root for relative paths.", ["convert"])
-_define(flags.DEFINE_bool, "allow_outside_root", False, "Allow manifest paths outside the "
-        "manifest's folder.", ["convert", "scan"])
+_define(flags.DEFINE_string, "path_column", None, "Manifest path column (SRC a manifest).",
+        ["convert"])
+_define(flags.DEFINE_list, "label_columns", None, "Manifest label column(s) (SRC a manifest).",
+        ["convert"])
+_define(flags.DEFINE_string, "root", None, "Manifest root for relative paths (SRC a "
+        "manifest; default: its folder).", ["convert"])
+_define(flags.DEFINE_bool, "allow_outside_root", False, {
+    "convert": "A manifest SRC may name files outside its folder (absolute paths, ..).",
+    "scan": "A manifest SOURCE may name files outside its folder (absolute paths, ..).",
+}, ["convert", "scan"])
 # service
 _define(flags.DEFINE_integer, "port", None, "Port (dispatcher default 5050, worker 0 = "
         "any).", ["service"])
@@ -120,12 +159,20 @@ _define(flags.DEFINE_integer, "worker_timeout_ms", None, "dispatcher: worker hea
 _define(flags.DEFINE_integer, "heartbeat_interval_ms", None, "worker: heartbeat interval.",
         ["service"])
 # shared
-_define(flags.DEFINE_string, "json_out", None, "Also write the result as JSON to this file.",
-        ["bench", "scan", "doctor"])
+_define(flags.DEFINE_string, "json_out", None, {
+    "bench": "Also write the figures (medians, spread, every run, the options) as JSON to "
+             "this file.",
+    "scan": "Also write the report (counts, histograms, bad files with their reasons) as "
+            "JSON to this file.",
+    "doctor": "Also write the stack report as JSON to this file.",
+}, ["bench", "scan", "doctor"])
 _define(flags.DEFINE_bool, "json", False, "Print the report as JSON instead of aligned "
         "lines.", ["doctor"])
-_define(flags.DEFINE_bool, "progress", True, "Show tqdm progress bars (stderr).",
-        ["bench", "scan", "convert"])
+_define(flags.DEFINE_bool, "progress", True, {
+    "bench": "Show each candidate run's progress bar per epoch (stderr).",
+    "scan": "Show a progress bar of the files decoded (stderr).",
+    "convert": "Show progress bars of the files checked and of the records written (stderr).",
+}, ["bench", "scan", "convert"])
 
 
 # --- commands ----------------------------------------------------------------
@@ -438,7 +485,7 @@ def cmd_doctor(argv: List[str]) -> int:
 
 # --- help ----------------------------------------------------------------------
 
-def _flag_line(name: str) -> List[str]:
+def _flag_line(name: str, command_name: str) -> List[str]:
     f = FLAGS[name]
     if f.flag_type() == "bool":
         left = f"--[no]{name}"
@@ -447,7 +494,7 @@ def _flag_line(name: str) -> List[str]:
         left = f"--{name}=" + ("A,B" if "list" in kind else
                                {"int": "N", "float": "X"}.get(kind, "VALUE"))
     default = f.default_as_str.strip("'") if f.default is not None else "none"
-    text = f"{f.help} [default: {default}]"
+    text = f"{flag_help(name, command_name)} [default: {default}]"
     return [f"  {left}", f"      {text}"]
 
 
@@ -467,7 +514,7 @@ def command_help(name: str) -> str:
     names = command_flags(name)
     out += ["", "flags:" if names else "flags: none"]
     for n in names:
-        out += _flag_line(n)
+        out += _flag_line(n, name)
     if c.notes:
         out += ["", c.notes]
     out += ["", f"{PROG} --help lists the commands; --helpfull every absl flag."]

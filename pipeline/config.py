@@ -33,8 +33,8 @@ PROCESSING_MODES = ("off", "dynamic", "file")
 DTYPES = {
     "uint8": tf.uint8, "float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16,
 }
-# Pillow's decompression-bomb limit (PIL.Image.MAX_IMAGE_PIXELS).
-DEFAULT_MAX_PIXELS = 178_956_970
+# Pillow's decompression-bomb limit (see ``checks.DEFAULT_MAX_PIXELS``).
+DEFAULT_MAX_PIXELS = checks.DEFAULT_MAX_PIXELS
 # Factories whose files hold one class each (multi-label and float targets
 # come from manifests or stored shards).
 ONE_CLASS_FACTORIES = ("from_directory", "from_paths")
@@ -115,7 +115,8 @@ class ImageOptions:
             ``ds.map(lambda *el: el[:-1])`` (``(x, y, path)`` -> ``(x, y)``).
         exif_orientation: bool (default True): apply the JPEG EXIF orientation
             tag (read in graph from the file's bytes, whatever the source).
-        max_pixels: int, default 178,956,970 (Pillow's limit): files whose
+        max_pixels: int, default 178,956,970 (Pillow's decompression-bomb limit,
+            2 x ``PIL.Image.MAX_IMAGE_PIXELS``): files whose
             header claims more pixels are bad, before any decode.
         deterministic: None (ordered when ``seed`` is given or
             ``shuffle=False``), True or False.

@@ -55,6 +55,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline import bmp as bmp_lib
+from pipeline import checks
 from pipeline import formats
 from pipeline import stack
 
@@ -477,7 +478,7 @@ class Decoder:
     asks for its decoders (it costs seconds).
     """
 
-    def __init__(self, channels: int = 3, max_pixels: int = 178_956_970,
+    def __init__(self, channels: int = 3, max_pixels: int = checks.DEFAULT_MAX_PIXELS,
                  exif_orientation: bool = True, tfio_formats=(), tfio_unusable: str = "",
                  bmp_in_graph: bool = False, fallback: bool = True):
         self.channels = channels

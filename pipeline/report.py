@@ -188,7 +188,8 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
     Args:
         source: a class-folder directory (or a flat folder), a manifest
             (.csv / .jsonl) or a list of paths.
-        max_pixels: int, header limit (default 178,956,970, Pillow's).
+        max_pixels: int, header limit (default 178,956,970, Pillow's
+            decompression-bomb limit, as the factories').
         num_parallel_calls: decode parallelism (default 2x the cores).
         follow_links: follow linked folders (loop-safe).
         progress: show a tqdm progress bar.

@@ -364,3 +364,66 @@ def test_bench_on_a_folder_with_a_bad_file_fails_fast_and_names_it(tmp_path):
                        cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert r.returncode == 1, r.stderr[-2000:]
     assert "trunc.jpg" in r.stderr and "--on_error=skip" in r.stderr
+
+
+# --- issue 15: the surface a user meets -------------------------------------------
+
+def _flag_text(help_out, flag):
+    """The help line under ``--flag`` (or ``--[no]flag``) in a command's --help."""
+    lines = help_out.splitlines()
+    for k, line in enumerate(lines):
+        if line.strip().split("=")[0] in (f"--{flag}", f"--[no]{flag}"):
+            return lines[k + 1].strip()
+    raise AssertionError(f"--{flag} not in {help_out}")
+
+
+def test_a_shared_flag_shows_each_command_its_own_help():
+    """--seed had one text for two commands ("bench: the shuffle seed; convert: ...")."""
+    shared = {f: cmds for f, cmds in cli.FLAG_COMMANDS.items() if len(cmds) > 1}
+    assert {"seed", "json_out", "progress", "allow_outside_root"} <= set(shared)
+    for flag, cmds in shared.items():
+        texts = {}
+        for name in cmds:
+            code, out, _ = run_cli(name, "--help")
+            assert code == 0
+            texts[name] = _flag_text(out, flag)
+            assert texts[name].startswith(cli.flag_help(flag, name)), (flag, name)
+            for other in cli.COMMANDS:  # no "bench: ...; convert: ..." lists
+                assert f"{other}:" not in texts[name], (flag, name, texts[name])
+        assert len(set(texts.values())) == len(cmds), (flag, texts)
+    code, out, _ = run_cli("bench", "--help")
+    assert _flag_text(out, "seed") == ("The shuffle (and augmentation) seed every candidate "
+                                       "gets. [default: 0]")
+    code, out, _ = run_cli("convert", "--help")
+    assert _flag_text(out, "seed") == ("The seed of the random order the rows are written in "
+                                       "(with --shuffle). [default: 0]")
+
+
+def test_a_shared_flag_must_have_help_per_command():
+    with pytest.raises(ValueError, match="give its help per command"):
+        cli._define(lambda *a, **k: None, "x_shared", 0, "one text", ["bench", "scan"])
+    with pytest.raises(ValueError, match=r"help for \['bench'\], but the flag belongs to "
+                                         r"\['bench', 'scan'\]"):
+        cli._define(lambda *a, **k: None, "x_shared", 0, {"bench": "b"}, ["bench", "scan"])
+    assert "x_shared" not in cli.FLAG_COMMANDS
+
+
+def test_max_pixels_default_in_the_help_is_the_one_the_code_uses():
+    """scan --help said "(default Pillow's 178,956,970). [default: none]"."""
+    from PIL import Image
+    from pipeline import checks, config, decode
+    limit = checks.DEFAULT_MAX_PIXELS
+    assert limit == config.DEFAULT_MAX_PIXELS == config.ImageOptions().max_pixels
+    assert decode.Decoder.__init__.__defaults__[1] == limit       # (channels, max_pixels, ...)
+    assert limit == 2 * Image.MAX_IMAGE_PIXELS                     # "Pillow's bomb limit"
+    assert cli.FLAGS["max_pixels"].default == limit
+    code, out, _ = run_cli("scan", "--help")
+    assert code == 0
+    text = _flag_text(out, "max_pixels")
+    assert text.endswith(f"[default: {limit}]") and "[default: none]" not in text
+    assert "2 x PIL.Image.MAX_IMAGE_PIXELS" in text
+    # the texts that state it in words state the same number
+    import pipeline
+    for doc in (config.ImageOptions.__doc__, pipeline.scan.__doc__,
+                open(os.path.join(REPO, "README.md"), encoding="utf-8").read()):
+        assert f"{limit:,}" in doc
