@@ -22,6 +22,7 @@ from pipeline import formats
 from pipeline import guard
 from pipeline import index as index_lib
 from pipeline import manifest as manifest_lib
+from pipeline import native_stderr
 from pipeline import read
 from pipeline import stack
 
@@ -203,12 +204,35 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
         FileNotFoundError: ``source`` does not exist.
         ValueError: ``source`` holds no image files, or a bad ``max_pixels``.
     """
+    idx = _index_for(source, follow_links, allow_outside_root)
+    return scan_index(idx, max_pixels=max_pixels, num_parallel_calls=num_parallel_calls,
+                      progress=progress)
+
+
+def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
+               num_parallel_calls: Optional[int] = None, progress: bool = True,
+               desc: str = "scan") -> ScanReport:
+    """``scan`` of an ``Index`` (the files a factory or ``write_tfrecords`` would read).
+
+    Args:
+        idx: a ``pipeline.index.Index``.
+        max_pixels, num_parallel_calls, progress: as ``scan``.
+        desc: the progress bar's label.
+
+    Returns:
+        A ``ScanReport``; ``bad_files`` lists every file the factories'
+        decoder refuses or fails on, in index order, with its reason.
+
+    While it decodes, the lines libjpeg and TensorFlow write to stderr for a
+    truncated JPEG (``pipeline.native_stderr.TRUNCATED_JPEG``: "Improper call
+    to JPEG library in state 201", ...) are dropped: the report names each such
+    file "truncated JPEG (no end-of-image marker)".
+    """
     from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
 
     opts = config.make_options(
         "scan", max_pixels=config.DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels,
         num_parallel_calls=num_parallel_calls, image_size=None, batch_size=None)
-    idx = _index_for(source, follow_links, allow_outside_root)
     decoder, _ = assemble.make_stages(idx, opts)
     pre = [idx.errors.get(k, "") for k in range(len(idx))]
 
@@ -231,23 +255,25 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
     ds = ds.prefetch(16).with_options(o)
 
     bad, sides, variants, row_fmt = [], collections.Counter(), collections.Counter(), {}
-    for k, shape, reason, head in tqdm(ds.as_numpy_iterator(), total=len(idx), unit="file",
-                                       desc="scan", disable=not progress, file=sys.stderr):
-        reason = reason.decode("utf-8", "replace")
-        row_fmt[int(k)] = formats.sniff_bytes(head) if head else None
-        if head:
-            variants[formats.variant(head)] += 1
-        if reason:
-            bad.append((int(k), reason))
-        else:
-            sides[_bucket_label_side(int(max(shape)))] += 1
 
     def why(k):
         contents, err = read.try_read(idx.paths[k])
         row_fmt[k] = formats.sniff_bytes(contents[:16]) if contents else None
         return guard.diagnose(contents, err, decoder.decode, lambda img: img)
 
-    bad += [(k, why(k)) for k in range(len(idx)) if k not in row_fmt]
+    with native_stderr.dropping(native_stderr.TRUNCATED_JPEG):
+        for k, shape, reason, head in tqdm(ds.as_numpy_iterator(), total=len(idx),
+                                           unit="file", desc=desc, disable=not progress,
+                                           file=sys.stderr):
+            reason = reason.decode("utf-8", "replace")
+            row_fmt[int(k)] = formats.sniff_bytes(head) if head else None
+            if head:
+                variants[formats.variant(head)] += 1
+            if reason:
+                bad.append((int(k), reason))
+            else:
+                sides[_bucket_label_side(int(max(shape)))] += 1
+        bad += [(k, why(k)) for k in range(len(idx)) if k not in row_fmt]
     bad = [{"path": idx.paths[k], "reason": reason} for k, reason in sorted(bad)]
     per_class = {}
     if idx.class_names and idx.label_kind == "int":

@@ -1,0 +1,145 @@
+"""Drops known-harmless lines that C and C++ code (libjpeg, TensorFlow) writes to stderr.
+
+Such code writes to the process's file descriptor 2 directly, below Python's
+``sys.stderr``, so no Python logging setting reaches it. ``dropping(pattern)``
+points descriptor 2 at a pipe for the length of a block; a thread copies every
+line to the real stderr as it arrives, except the lines that ``pattern`` matches
+whole. Everything else (Python's own stderr, tqdm's progress bars, any other
+C++ line) passes through unchanged and in order. Imports only the standard
+library, so the command line can use it before TensorFlow loads.
+
+Used for:
+
+* ``TRUNCATED_JPEG``: the lines a decode of a truncated JPEG makes libjpeg and
+  TensorFlow write (``Improper call to JPEG library in state 201``; ``... 203``
+  for a progressive one; ``Input file read error``; TensorFlow's ``Premature end
+  of JPEG data. Stopped at line 14/40``). ``scan`` (and ``convert``'s check,
+  which is a scan) decodes every file, so it meets each such file at least twice
+  (the pass, then the diagnosis of the failed file); its report names the file
+  "truncated JPEG (no end-of-image marker)", which says the same with the path.
+  Not dropped: libjpeg's descriptions of corrupt data (``Bogus Huffman table
+  definition``, ``Corrupt JPEG data: 40 extraneous bytes before marker 0xd9``),
+  which say something the report does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import threading
+from typing import Iterator, Optional, Pattern, Union
+
+# libjpeg's messages for a truncated JPEG, as TensorFlow's in-memory source makes
+# them (its fill_input_buffer suspends, or fails after a fake end-of-image
+# marker), and TensorFlow's own log line (tensorflow/core/lib/jpeg/jpeg_mem.cc),
+# in TensorFlow 2.16's and 2.21's log formats.
+TRUNCATED_JPEG = re.compile(
+    r"Improper call to JPEG library in state 20\d"
+    r"|Input file read error"
+    r"|(?:\d{4}-\d\d-\d\d [\d:.]+: E \S*|E\d{4} [\d:.]+ +\d+ )jpeg_mem\.cc:\d+\] "
+    r"Premature end of JPEG data\. Stopped at line \d+/\d+")
+
+_PIPE_BYTES = 1 << 20  # a larger pipe: a writer holding the GIL must not fill it
+
+
+def _forward(read_fd: int, out_fd: int, tail: Pattern, dropped: list) -> None:
+    """Copies ``read_fd`` to ``out_fd`` line by line, dropping what ``tail`` matches.
+
+    A line is dropped when the pattern matches its end; what comes before the
+    match on that line is kept (another writer's unfinished line, such as a
+    progress bar, which the dropped line was written after).
+    """
+    pending = b""
+    while True:
+        try:
+            chunk = os.read(read_fd, 65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            break
+        pending += chunk
+        # "\r" ends a segment too, so a progress bar's updates pass at once.
+        cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
+        if cut < 0:
+            continue
+        done, pending = pending[:cut + 1], pending[cut + 1:]
+        out = [_keep(segment, tail, dropped) for segment in re.split(rb"(?<=[\r\n])", done)]
+        if any(out):
+            os.write(out_fd, b"".join(out))
+    if pending:
+        kept = _keep(pending, tail, dropped)
+        if kept:
+            os.write(out_fd, kept)
+
+
+def _keep(segment: bytes, tail: Pattern, dropped: list) -> bytes:
+    line = segment.rstrip(b"\r\n")
+    m = tail.search(line) if line else None
+    if m is None:
+        return segment
+    dropped.append(m.group(0).decode("utf-8", "replace"))
+    return line[:m.start()]
+
+
+@contextlib.contextmanager
+def dropping(pattern: Union[str, Pattern], dropped: Optional[list] = None) -> Iterator[list]:
+    """Within the block, lines written to stderr that ``pattern`` matches whole are dropped.
+
+    Args:
+        pattern: a regular expression (str or compiled str pattern): a line
+            (without its line end) that ends with a match loses the match;
+            what came before it on that line is kept (another writer's
+            unfinished line, e.g. a progress bar), and a line that was only
+            the match is dropped whole.
+        dropped: optional list the dropped lines are appended to.
+
+    Yields:
+        The list of dropped texts (complete once the block has ended).
+
+    Where descriptor 2 cannot be redirected (closed, or no pipes), the block
+    runs unfiltered.
+    """
+    text = pattern if isinstance(pattern, str) else pattern.pattern
+    tail = re.compile(b"(?:" + text.encode("utf-8") + b")\\Z")
+    dropped = [] if dropped is None else dropped
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield dropped
+        return
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError:
+        os.close(saved)
+        yield dropped
+        return
+    try:
+        import fcntl  # pylint: disable=import-outside-toplevel
+        fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BYTES)
+    except (ImportError, OSError):
+        pass
+    thread = threading.Thread(target=_forward, args=(read_fd, saved, tail, dropped),
+                              name="pipeline-native-stderr", daemon=True)
+    thread.start()
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    try:
+        yield dropped
+    finally:
+        for stream in (sys.stderr, sys.__stderr__):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+        os.dup2(saved, 2)   # closes the pipe's last write end: the thread sees its end
+        thread.join(timeout=10)
+        if not thread.is_alive():
+            os.close(read_fd)
+            os.close(saved)
