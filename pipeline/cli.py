@@ -18,7 +18,8 @@ package reads absl flags). Commands:
 lists every absl flag (TensorFlow's included). Exit status: 0 success, 1 a
 command's own failure (``scan`` found bad files), 2 a usage error (unknown
 command, bad or missing argument, bad flag value) or a source that cannot be
-read.
+read. A usage error names the argument as the user typed it (SRC, OUT,
+--flag: ``user_names``), never the library's Python name for it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -187,19 +189,51 @@ class Command:
     positionals: Tuple[Tuple[str, str], ...] = ()
     notes: str = ""
     title: str = ""
+    arg_names: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 COMMANDS: Dict[str, Command] = {}
 
 
 def command(name: str, synopsis: str, summary: str, positionals=(), notes: str = "",
-            title: str = ""):
-    """Registers ``fn(argv) -> exit status`` as ``pipeline NAME``; argv[0] is NAME."""
+            title: str = "", arg_names: Optional[Dict[str, str]] = None):
+    """Registers ``fn(argv) -> exit status`` as ``pipeline NAME``; argv[0] is NAME.
+
+    ``arg_names`` maps the library's argument names that the command's
+    errors may name (``directory``, ``output_dir``, ...) to what the user
+    types (``SRC``, ``OUT``, ``--data_dir``); each of the command's flags
+    maps to ``--flag`` without being listed.
+    """
     def deco(fn):
         COMMANDS[name] = Command(name, fn, synopsis, summary, tuple(positionals), notes,
-                                 title or summary)
+                                 title or summary, dict(arg_names or {}))
         return fn
     return deco
+
+
+def user_names(command_name: str, message: str) -> str:
+    """``message`` (a library error) with the command's own names for its arguments.
+
+    The library names its Python arguments: "`directory` does not exist",
+    "Received: output_dir='x'", "`seed` must be an integer >= 0. Received:
+    seed=-1". The user typed SRC, OUT, --seed: each name the command knows
+    (``Command.arg_names`` and its flags) is replaced where it stands for the
+    argument ("`name`", "name=").
+    """
+    c = COMMANDS[command_name]
+    names = {f: f"--{f}" for f in command_flags(command_name)}
+    names.update(c.arg_names)
+    folder = c.arg_names.get("directory")
+    if folder:
+        message = message.replace(
+            "`labels='inferred'` needs class sub-folders, but the directory has none",
+            f"{folder} needs class sub-folders (a file's class is the name of its "
+            "sub-folder), but it has none")
+    for py in sorted(names, key=len, reverse=True):
+        user = names[py]
+        message = message.replace(f"`{py}`", user).replace(f"`{py}=", f"`{user}=")
+        message = re.sub(rf"(?<![\w`./-]){re.escape(py)}=", f"{user}=", message)
+    return message
 
 
 def usage_error(message: str) -> app.UsageError:
@@ -244,7 +278,8 @@ def _positive(name: str) -> None:
                "instead. --plan --target_images_per_sec=N [--worker_cores=8] [--augment]: "
                "a capacity plan instead (cores and tf.data service workers to feed N "
                "images/s, from the measured images per CPU-second; pipeline.capacity).",
-         title="images/s, images per CPU-second, first batch, peak RSS beside peers")
+         title="images/s, images per CPU-second, first batch, peak RSS beside peers",
+         arg_names={"directory": "--data_dir"})
 def cmd_bench(argv: List[str]) -> int:
     from pipeline import bench
     from pipeline import candidates  # noqa: F401  registers the public-API candidates
@@ -358,7 +393,8 @@ def cmd_bench(argv: List[str]) -> int:
                                  "(.csv / .jsonl) or an s3:// / gs:// folder"),),
          notes="Exit status: 0 every file decodes, 1 bad files found, 2 SOURCE cannot be "
                "scanned (missing, no images) or a usage error.",
-         title="what a folder / manifest holds: classes, formats, sizes, bad files")
+         title="what a folder / manifest holds: classes, formats, sizes, bad files",
+         arg_names={"directory": "SOURCE", "source": "SOURCE", "manifest": "SOURCE"})
 def cmd_scan(argv: List[str]) -> int:
     from pipeline import report as report_lib
 
@@ -385,8 +421,11 @@ def cmd_scan(argv: List[str]) -> int:
          "Writes TFRecord shards (encoded bytes + label + path) that from_tfrecords reads.",
          positionals=(("SRC", "a class-folder directory or a manifest (.csv / .jsonl)"),
                       ("OUT", "the output folder for the shards and their metadata")),
-         title="write TFRecord shards")
+         title="write TFRecord shards",
+         arg_names={"directory": "SRC", "source": "SRC", "manifest": "SRC",
+                    "output_dir": "OUT"})
 def cmd_convert(argv: List[str]) -> int:
+    from pipeline import manifest as manifest_lib
     from pipeline import read, shards
 
     if len(argv) != 3:
@@ -396,10 +435,12 @@ def cmd_convert(argv: List[str]) -> int:
     if read.exists(argv[2]) and not read.isdir(argv[2]):
         raise usage_error(f"OUT must be a folder (new or existing); {argv[2]!r} is a file. "
                           f"Received: OUT={argv[2]!r}")
-    kw = {k: getattr(FLAGS, k) for k in ("path_column", "label_columns", "root")
-          if getattr(FLAGS, k)}
-    if FLAGS.allow_outside_root:
-        kw["allow_outside_root"] = True
+    kw = {k: getattr(FLAGS, k) for k in ("path_column", "label_columns", "root",
+                                         "allow_outside_root") if getattr(FLAGS, k)}
+    if kw and not manifest_lib.is_manifest(argv[1]):
+        raise usage_error(
+            f"{', '.join('--' + k for k in kw)} apply to a manifest SRC (.csv / .jsonl) only; "
+            f"SRC is not one. Received: SRC={argv[1]!r}")
     meta = shards.write_tfrecords(argv[1], argv[2], FLAGS.num_shards, shuffle=FLAGS.shuffle,
                                   seed=FLAGS.seed, progress=FLAGS.progress,
                                   num_workers=FLAGS.num_workers, **kw)
@@ -575,11 +616,12 @@ def main(argv: List[str]) -> int:
     try:
         return COMMANDS[name].fn(argv[1:])
     except app.UsageError as e:
-        return _error(name, str(e))
+        return _error(name, user_names(name, str(e)))
     except (ValueError, OSError) as e:
         # Ordinary mistakes (a missing source, a bad option value, an output
-        # folder that already holds shards): one line, exit status 2.
-        return _error(name, str(e))
+        # folder that already holds shards): one line, exit status 2, naming
+        # the arguments as the user typed them (SRC, OUT, --flag).
+        return _error(name, user_names(name, str(e)))
 
 
 def run(argv: Optional[Sequence[str]] = None) -> None:

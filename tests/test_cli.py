@@ -427,3 +427,57 @@ def test_max_pixels_default_in_the_help_is_the_one_the_code_uses():
     for doc in (config.ImageOptions.__doc__, pipeline.scan.__doc__,
                 open(os.path.join(REPO, "README.md"), encoding="utf-8").read()):
         assert f"{limit:,}" in doc
+
+
+def test_usage_errors_name_what_the_user_typed(tmp_path):
+    """Errors said `directory`, output_dir=, seed= (the library's argument names) where the
+    user had typed SOURCE / SRC, OUT, --seed, --data_dir."""
+    from conftest import solid
+    src = tmp_path / "src"
+    solid(str(src / "a" / "0.png"), 1)
+    solid(str(src / "b" / "1.png"), 2)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "flat").mkdir()
+    solid(str(tmp_path / "flat" / "0.png"), 3)
+    (tmp_path / "notes.txt").write_text("hi")
+    nope = str(tmp_path / "nope")
+    cases = [
+        (("scan", nope), f"SOURCE does not exist: {nope!r}"),
+        (("scan", str(tmp_path / "empty")),
+         f"No image files found in SOURCE. Received: SOURCE={str(tmp_path / 'empty')!r}"),
+        (("scan", str(tmp_path / "notes.txt")),
+         f"SOURCE is not a folder. Received: SOURCE={str(tmp_path / 'notes.txt')!r}"),
+        (("convert", nope, str(tmp_path / "o1")), f"SRC does not exist: {nope!r}"),
+        (("convert", str(tmp_path / "flat"), str(tmp_path / "o2")),
+         "SRC needs class sub-folders (a file's class is the name of its sub-folder), but it "
+         f"has none. Received: SRC={str(tmp_path / 'flat')!r}"),
+        (("convert", str(src), str(tmp_path / "o3"), "--seed=-1"),
+         "--seed must be an integer >= 0. Received: --seed=-1"),
+        (("convert", str(src), str(tmp_path / "o4"), "--label_columns=y", "--root=/tmp"),
+         "--label_columns, --root apply to a manifest SRC (.csv / .jsonl) only; SRC is not one. "
+         f"Received: SRC={str(src)!r}"),
+        (("bench", f"--data_dir={nope}"), f"--data_dir does not exist: {nope!r}"),
+    ]
+    for args, says in cases:
+        code, out, err = run_cli(*args, "--noprogress")
+        assert code == 2, (args, out, err)
+        first = err.splitlines()[0]
+        assert first == f"pipeline {args[0]}: error: {says}", (args, err)
+        for py in ("`directory`", "directory=", "output_dir", "`seed`", " seed=", "labels=",
+                   "Traceback"):
+            assert py not in err, (args, py, err)
+    code, _, err = run_cli("convert", str(src), str(tmp_path / "twice"), "--noprogress")
+    assert code == 0, err
+    code, _, err = run_cli("convert", str(src), str(tmp_path / "twice"), "--noprogress")
+    assert code == 2
+    assert err.startswith("pipeline convert: error: OUT already holds shards")
+    assert err.splitlines()[0].endswith(f"Received: OUT={str(tmp_path / 'twice')!r}")
+
+
+def test_user_names_replaces_only_whole_argument_names():
+    assert cli.user_names("convert", "`output_dir` x. Received: output_dir='o', "
+                                     "seed=1, my_seed=2, --seed=3, `num_shards=0`") == \
+        "OUT x. Received: OUT='o', --seed=1, my_seed=2, --seed=3, `--num_shards=0`"
+    assert cli.user_names("scan", "Received: directory='d'") == "Received: SOURCE='d'"
+    assert cli.user_names("bench", "Received: directory='d', batch_size=64") == \
+        "Received: --data_dir='d', --batch_size=64"
