@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -452,6 +453,13 @@ def line_chart(path: str, xs: List[float], series: Dict[str, List[float]], title
     return path
 
 
+def _cell(value, width: int, decimals: int) -> str:
+    """A table cell: the number, or "-" when there is none (None, NaN, inf)."""
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return f"{value:>{width}.{decimals}f}"
+    return f"{'-':>{width}}"
+
+
 def format_table(results: Dict[str, dict], reference: str = "pipeline") -> str:
     """A text table of the figures; the last column is the reference's images/s
     divided by the candidate's (how many times faster the reference is).
@@ -465,15 +473,16 @@ def format_table(results: Dict[str, dict], reference: str = "pipeline") -> str:
         if not ok(r):
             rows.append(f"{name:<20} {'skipped: ' + r['skipped'] if 'skipped' in r else 'FAILED'}")
             continue
-        ratio = (ref / r["images_per_sec"]) if ref and r["images_per_sec"] else float("nan")
+        ratio = (ref / r["images_per_sec"]) if ref and r["images_per_sec"] else None
         per_cpu = r.get("steady_images_per_cpu_sec", r["images_per_cpu_sec"])
         cores = r.get("steady_cpu_cores_used", r["cpu_cores_used"])
-        start = r.get("epoch_start_cpu_sec", float("nan"))
+        start = r.get("epoch_start_cpu_sec")
         sp = spread(r)
         rng = f"{sp['min']:.0f}-{sp['max']:.0f}" if sp and sp["relative"] is not None else "-"
-        rows.append(f"{name:<20} {r['images_per_sec']:>9.0f} {rng:>11} {per_cpu:>9.0f} "
-                    f"{cores:>5.2f} {start:>11.2f} {r['first_batch_sec']:>11.2f} "
-                    f"{r['peak_rss_mb']:>12.0f} {ratio:>7.2f}")
+        rows.append(f"{name:<20} {_cell(r['images_per_sec'], 9, 0)} {rng:>11} "
+                    f"{_cell(per_cpu, 9, 0)} {_cell(cores, 5, 2)} {_cell(start, 11, 2)} "
+                    f"{_cell(r['first_batch_sec'], 11, 2)} {_cell(r['peak_rss_mb'], 12, 0)} "
+                    f"{_cell(ratio, 7, 2)}")
     rows.append("(medians over the runs; spread: min-max images/s; steady state after each "
                 "epoch's first batch; start CPU s: CPU seconds")
     rows.append(" from starting an epoch to its first batch;")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -241,10 +242,21 @@ def usage_error(message: str) -> app.UsageError:
     return app.UsageError(message, exitcode=USAGE_ERROR)
 
 
+def _json_safe(obj):
+    """``obj`` with NaN and infinite floats as None (JSON has no NaN)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
 def _write_json(path: Optional[str], obj) -> None:
     if path:
         with open(path, "w") as f:
-            json.dump(obj, f, indent=2, default=str)
+            json.dump(_json_safe(obj), f, indent=2, default=str, allow_nan=False)
         print(f"wrote {path}")
 
 
@@ -265,6 +277,33 @@ def _positive(name: str) -> None:
     value = getattr(FLAGS, name)
     if value is not None and value <= 0:
         raise usage_error(f"--{name} must be > 0. Received: {value}")
+
+
+# The figures bench prints for pipeline: each must be a number (never NaN or inf).
+BENCH_FIGURES = ("images_per_sec", "steady_images_per_cpu_sec", "steady_cpu_cores_used",
+                 "first_batch_sec", "epoch_start_cpu_sec", "peak_rss_mb")
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _too_few_images(num_images: int, data_dir: str) -> str:
+    """Why ``num_images`` images give no figure at --batch_size, and the smallest values that do."""
+    from pipeline import sample
+    if FLAGS.data_dir is None and not os.environ.get(sample.DATA_DIR_ENV):
+        more = f"--sample_images={FLAGS.batch_size + 1}"
+        given = f"--sample_images={FLAGS.sample_images}"
+    else:
+        source = "--data_dir" if FLAGS.data_dir is not None else f"${sample.DATA_DIR_ENV}"
+        more = f"a {source} with at least {FLAGS.batch_size + 1} images"
+        given = f"{source}={data_dir!r}"
+    smaller = (f"--batch_size={num_images - 1}" if num_images > 1 else
+               "none with one image")
+    return (f"--batch_size={FLAGS.batch_size} with {num_images} images is one batch per epoch, "
+            "and bench times only what comes after each epoch's first batch (images/s, images "
+            "per CPU-second): nothing would be timed. The smallest values that give a figure: "
+            f"{smaller}, or {more}. Received: --batch_size={FLAGS.batch_size}, {given}")
 
 
 @command("bench", f"{PROG} bench [--data_dir=DIR] [--compare=keras,...] [--flags]",
@@ -338,15 +377,13 @@ def cmd_bench(argv: List[str]) -> int:
         return 0
     from pipeline import index
     from pipeline import report as report_lib
-    print(report_lib.stack_line())
     idx = index.index_directory(data_dir)
+    if len(idx) <= FLAGS.batch_size:
+        raise usage_error(_too_few_images(len(idx), data_dir))
+    print(report_lib.stack_line())
     spec = {"data_dir": data_dir, "image_size": size, "batch_size": FLAGS.batch_size,
             "epochs": FLAGS.epochs, "seed": FLAGS.seed, "num_images": len(idx),
             "options": {"on_error": FLAGS.on_error}}
-    if len(idx) <= FLAGS.batch_size:
-        logging.warning("pipeline bench: %d images with --batch_size=%d is one batch per epoch: "
-                        "there is no steady state to measure (images/s is NaN). Use more "
-                        "images or a smaller --batch_size.", len(idx), FLAGS.batch_size)
     # A peer that fails (e.g. Keras on a bad file) is reported, not fatal.
     results = bench.run_candidates(names, spec, repeats=FLAGS.repeats, progress=FLAGS.progress,
                                    keep_going=True)
@@ -355,6 +392,13 @@ def cmd_bench(argv: List[str]) -> int:
         print(f"pipeline bench: pipeline failed: {results['pipeline'].get('error', '')[-800:]}",
               file=sys.stderr)
         return 1
+    unmeasured = [k for k in BENCH_FIGURES if not _finite(results["pipeline"].get(k))]
+    if unmeasured:  # e.g. --on_error=skip left one batch per epoch: nothing timed
+        per_epoch = results["pipeline"].get("num_images")
+        raise usage_error(f"no figure for {', '.join(unmeasured)}: pipeline delivered "
+                          f"{per_epoch} of the {len(idx)} images per epoch (the others were "
+                          f"bad files, --on_error={FLAGS.on_error}), so "
+                          + _too_few_images(per_epoch, data_dir))
     print(f"\n{len(idx)} images in {sample.data_dir_label(data_dir)}, "
           f"image_size={size[0]}x{size[1]}, batch_size={FLAGS.batch_size}, "
           f"epochs={FLAGS.epochs}, repeats={FLAGS.repeats} (alternated), "

@@ -3,6 +3,7 @@ scan's histogram labels, the default data folder, the candidate registry and the
 generated API reference. Most run in-process (no timings are asserted)."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -481,3 +482,73 @@ def test_user_names_replaces_only_whole_argument_names():
     assert cli.user_names("scan", "Received: directory='d'") == "Received: SOURCE='d'"
     assert cli.user_names("bench", "Received: directory='d', batch_size=64") == \
         "Received: --data_dir='d', --batch_size=64"
+
+
+def _nan_run(name, n):
+    """What bench.measure returns when every epoch is one batch: no steady state (NaN)."""
+    nan = float("nan")
+    r = {"name": name, "images_per_sec": nan, "steady_images_per_cpu_sec": nan,
+         "images_per_cpu_sec": 300.0, "cpu_cores_used": 0.7, "steady_cpu_cores_used": nan,
+         "first_batch_sec": 3.2, "peak_rss_mb": 533.0, "rss_after_import_mb": 400.0,
+         "epoch_start_cpu_sec": 0.6, "num_images": n, "epochs": 1}
+    return dict(r, runs=[dict(r)])
+
+
+def test_a_tiny_bench_is_a_usage_error_not_nan(tmp_path, monkeypatch):
+    """`bench --sample_images=4 --batch_size=64` exited 0 printing nan figures."""
+    from conftest import solid
+    calls = []
+    monkeypatch.setattr(bench, "run_candidates", lambda names, spec, **kw: calls.append(spec)
+                        or {n: _nan_run(n, spec["num_images"]) for n in names})
+    for i in range(4):
+        solid(str(tmp_path / "d" / "a" / f"{i}.png"), i)
+    code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=64",
+                             "--compare=", "--noprogress")
+    assert code == 2 and not calls, (out, err)
+    assert err.splitlines()[0] == (
+        "pipeline bench: error: --batch_size=64 with 4 images is one batch per epoch, and bench "
+        "times only what comes after each epoch's first batch (images/s, images per "
+        "CPU-second): nothing would be timed. The smallest values that give a figure: "
+        "--batch_size=3, or a --data_dir with at least 65 images. Received: --batch_size=64, "
+        f"--data_dir={str(tmp_path / 'd')!r}")
+    assert not re.search(r"\bnan\b", (out + err).lower())
+    # the built-in sample: the flag to raise is --sample_images
+    monkeypatch.setenv("PIPELINE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("PIPELINE_DATA_DIR", raising=False)
+    code, out, err = run_cli("bench", "--sample_images=4", "--batch_size=64", "--compare=",
+                             "--noprogress")
+    assert code == 2 and not calls
+    assert err.splitlines()[0].endswith(
+        "The smallest values that give a figure: --batch_size=3, or --sample_images=65. "
+        "Received: --batch_size=64, --sample_images=4")
+    # one image more than a batch gives a figure: bench runs
+    code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=3",
+                             "--compare=", "--noprogress", "--repeats=1")
+    assert len(calls) == 1 and calls[0]["batch_size"] == 3
+
+
+def test_bench_never_prints_nan_figures(tmp_path, monkeypatch):
+    """Enough images, but the run still timed nothing (e.g. --on_error=skip dropped most of
+    them): a usage error naming the figures, not nan with exit 0."""
+    from conftest import solid
+    monkeypatch.setattr(bench, "run_candidates", lambda names, spec, **kw:
+                        {n: _nan_run(n, 2) for n in names})
+    for i in range(8):
+        solid(str(tmp_path / "d" / "a" / f"{i}.png"), i)
+    code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=4",
+                             "--compare=keras", "--noprogress", "--on_error=skip",
+                             f"--json_out={tmp_path / 'b.json'}")
+    assert code == 2, (out, err)
+    assert err.startswith("pipeline bench: error: no figure for images_per_sec, "
+                          "steady_images_per_cpu_sec, steady_cpu_cores_used: pipeline "
+                          "delivered 2 of the 8 images per epoch (the others were bad files, "
+                          "--on_error=skip), so --batch_size=4 with 2 images is one batch")
+    assert not re.search(r"\bnan\b", (out + err).lower()) and not (tmp_path / "b.json").exists()
+    # the table and the JSON show a missing figure as "-" / null, never nan
+    table = bench.format_table({"pipeline": _nan_run("pipeline", 2)})
+    assert not re.search(r"\bnan\b", table.lower())
+    assert table.splitlines()[2].split() == ["pipeline", "-", "-", "-", "-", "0.60", "3.20",
+                                             "533", "-"]
+    cli._write_json(str(tmp_path / "n.json"), {"a": float("nan"), "b": [float("inf"), 1.5]})
+    assert (tmp_path / "n.json").read_text().split() == ['{', '"a":', 'null,', '"b":', '[',
+                                                         'null,', '1.5', ']', '}']
