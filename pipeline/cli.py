@@ -97,9 +97,13 @@ _define(flags.DEFINE_integer, "seed", 0, {
     "bench": "The shuffle (and augmentation) seed every candidate gets.",
     "convert": "The seed of the random order the rows are written in (with --shuffle).",
 }, ["bench", "convert"])
-_define(flags.DEFINE_string, "on_error", "raise", "What pipeline does with a bad file: "
-        "'raise' (the run fails, naming it) or 'skip' (left out and recorded). The peers do "
-        "what they do.", ["bench"])
+_define(flags.DEFINE_string, "on_error", "raise", {
+    "bench": "What pipeline does with a bad file: 'raise' (the run fails, naming it) or "
+             "'skip' (left out and recorded). The peers do what they do.",
+    "convert": "What to do with a bad file, found by decoding every file first (as scan "
+               "does): 'raise' (exit 1 naming each bad file and why; nothing is written) or "
+               "'skip' (left out, counted and listed in the output and in dataset.json).",
+}, ["bench", "convert"])
 _define(flags.DEFINE_float, "max_spread", 0.25, "Spread (max-min)/median above which a "
         "figure is flagged as too wide to trust.", ["bench"])
 _define(flags.DEFINE_bool, "profile", False, "Instead of peers, profile pipeline's stages "
@@ -123,9 +127,12 @@ _define(flags.DEFINE_string, "profile_dir", None, "With --profile: write a Tenso
 # scan, convert
 _PILLOW_LIMIT = ("the default, the factories' too, is Pillow's decompression-bomb limit "
                  "(2 x PIL.Image.MAX_IMAGE_PIXELS)")
-_define(flags.DEFINE_integer, "max_pixels", checks.DEFAULT_MAX_PIXELS, "A file whose header "
-        "claims more pixels (width x height) than this is a bad file, refused before "
-        f"decoding; {_PILLOW_LIMIT}.", ["scan"])
+_define(flags.DEFINE_integer, "max_pixels", checks.DEFAULT_MAX_PIXELS, {
+    "scan": "A file whose header claims more pixels (width x height) than this is a bad file, "
+            f"refused before decoding; {_PILLOW_LIMIT}.",
+    "convert": "A file whose header claims more pixels (width x height) than this is a bad "
+               f"file for --on_error; {_PILLOW_LIMIT}.",
+}, ["scan", "convert"])
 _define(flags.DEFINE_bool, "follow_links", False, "Follow linked folders (loop-safe).",
         ["scan"])
 _define(flags.DEFINE_integer, "num_shards", None, "Shards to write (default: ~1 per "
@@ -462,9 +469,14 @@ def cmd_scan(argv: List[str]) -> int:
 
 
 @command("convert", f"{PROG} convert SRC OUT [--num_shards=N] [--flags]",
-         "Writes TFRecord shards (encoded bytes + label + path) that from_tfrecords reads.",
+         "Writes TFRecord shards (encoded bytes + label + path) that from_tfrecords reads, "
+         "after decoding every file once with the factories' decoder (as scan) to apply "
+         "--on_error.",
          positionals=(("SRC", "a class-folder directory or a manifest (.csv / .jsonl)"),
                       ("OUT", "the output folder for the shards and their metadata")),
+         notes="Exit status: 0 written (with --on_error=skip, the bad files left out are "
+               "listed before the JSON line), 1 bad files with --on_error=raise (each named "
+               "with its reason; nothing written), 2 a usage error or SRC cannot be read.",
          title="write TFRecord shards",
          arg_names={"directory": "SRC", "source": "SRC", "manifest": "SRC",
                     "output_dir": "OUT"})
@@ -476,6 +488,9 @@ def cmd_convert(argv: List[str]) -> int:
         raise usage_error(f"convert takes SRC and OUT. Received: {argv[1:]!r}")
     _positive("num_shards")
     _positive("num_workers")
+    _positive("max_pixels")
+    if FLAGS.on_error not in ("raise", "skip"):
+        raise usage_error(f"--on_error must be 'raise' or 'skip'. Received: {FLAGS.on_error!r}")
     if read.exists(argv[2]) and not read.isdir(argv[2]):
         raise usage_error(f"OUT must be a folder (new or existing); {argv[2]!r} is a file. "
                           f"Received: OUT={argv[2]!r}")
@@ -485,10 +500,29 @@ def cmd_convert(argv: List[str]) -> int:
         raise usage_error(
             f"{', '.join('--' + k for k in kw)} apply to a manifest SRC (.csv / .jsonl) only; "
             f"SRC is not one. Received: SRC={argv[1]!r}")
-    meta = shards.write_tfrecords(argv[1], argv[2], FLAGS.num_shards, shuffle=FLAGS.shuffle,
-                                  seed=FLAGS.seed, progress=FLAGS.progress,
-                                  num_workers=FLAGS.num_workers, **kw)
-    print(json.dumps({k: meta[k] for k in ("num_examples", "class_names", "shards")}))
+    try:
+        meta = shards.write_tfrecords(
+            argv[1], argv[2], FLAGS.num_shards, shuffle=FLAGS.shuffle, seed=FLAGS.seed,
+            progress=FLAGS.progress, num_workers=FLAGS.num_workers, on_error=FLAGS.on_error,
+            max_pixels=FLAGS.max_pixels, **kw)
+    except shards.BadFilesError as e:
+        n = len(e.records)
+        head = (f"all {e.num_files} files are bad: nothing to write" if n == e.num_files
+                and FLAGS.on_error == "skip" else
+                f"{n} bad file{'s' if n > 1 else ''} of {e.num_files}; nothing written "
+                "(--on_error=raise; --on_error=skip leaves them out)")
+        print(f"pipeline convert: {head}:", file=sys.stderr)
+        for r in e.records:
+            print(f"  {r.path}: {r.reason}", file=sys.stderr)
+        return 1
+    skipped = meta["skipped"]
+    if skipped:
+        print(f"skipped {len(skipped)} bad file{'s' if len(skipped) > 1 else ''} of "
+              f"{meta['num_examples'] + len(skipped)} (--on_error=skip):")
+        for r in skipped:
+            print(f"  {r['path']}: {r['reason']}")
+    print(json.dumps({k: meta[k] for k in ("num_examples", "class_names", "shards",
+                                            "skipped")}))
     return 0
 
 

@@ -68,9 +68,64 @@ def _feature_floats(v):
     return tf.train.Feature(float_list=tf.train.FloatList(value=list(v)))
 
 
+class BadFilesError(RuntimeError):
+    """``write_tfrecords(on_error="raise")`` met bad files (or ``"skip"`` left none).
+
+    Attributes:
+        records: list of ``pipeline.ErrorRecord(path, reason)``, every bad
+            file in index order.
+        num_files: int, the files indexed.
+    """
+
+    def __init__(self, records: List, num_files: int, message: str):
+        super().__init__(message)
+        self.records = records
+        self.num_files = num_files
+
+
+def _bad_files_message(records, num_files: int, on_error: str, limit: int = 10) -> str:
+    if on_error == "skip":
+        head = f"all {num_files} files are bad: no record to write"
+    else:
+        head = (f"cannot write file {records[0].path} ({records[0].reason}); {len(records)} "
+                f"bad files of {num_files}, nothing written (on_error='skip' leaves them out)")
+    listed = "; ".join(f"{r.path} ({r.reason})" for r in records[:limit])
+    more = f"; ... and {len(records) - limit} more" if len(records) > limit else ""
+    return f"pipeline: {head}. Bad files: {listed}{more}"
+
+
+def check_files(idx: index_lib.Index, on_error: str, max_pixels: Optional[int] = None,
+                progress: bool = True):
+    """The files of ``idx`` that the factories would load, by ``on_error``.
+
+    Every file is decoded once by ``pipeline.report.scan_index`` (the
+    factories' decoder, as ``pipeline.scan``).
+
+    Returns:
+        (the ``Index`` of the good files, list of ``ErrorRecord`` of the bad
+        ones, in index order).
+
+    Raises:
+        BadFilesError: a bad file with ``on_error="raise"``, or no good file.
+    """
+    from pipeline import guard  # pylint: disable=import-outside-toplevel
+    from pipeline import report  # pylint: disable=import-outside-toplevel
+
+    found = report.scan_index(idx, max_pixels=max_pixels, progress=progress,
+                              desc="write_tfrecords: check")
+    records = [guard.ErrorRecord(b["path"], b["reason"]) for b in found.bad_files]
+    bad = {r.path for r in records}
+    good = [k for k, p in enumerate(idx.paths) if p not in bad]
+    if records and (on_error == "raise" or not good):
+        raise BadFilesError(records, len(idx),
+                            _bad_files_message(records, len(idx), on_error))
+    return (idx.subset(good) if records else idx), records
+
+
 def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                     shuffle: bool = True, seed: int = 0, progress: bool = True,
-                    num_workers: Optional[int] = None, **index_kw) -> dict:
+                    num_workers: Optional[int] = None, on_error: Optional[str] = None,
+                    max_pixels: Optional[int] = None, **index_kw) -> dict:
     """Writes encoded images and their labels to TFRecord shards + a JSON sidecar.
 
     Each record is a ``tf.train.Example`` with features ``image`` (the file's
@@ -100,35 +155,47 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         seed: int, the seed of that order.
         progress: bool, show the progress bar.
         num_workers: threads writing shards (default ``min(num_shards, 2 * cores)``).
+        on_error: None (default): every file is written as it is, a bad one
+            with its reason in ``error``, and the reader's ``on_error``
+            applies (``from_tfrecords``). "raise" or "skip": every file is
+            first decoded with the factories' decoder (``check_files``, as
+            ``pipeline.scan``; about one epoch's decode); with "raise" a bad
+            file raises ``BadFilesError`` before anything is written, with
+            "skip" bad files are left out and listed in the result and in
+            ``dataset.json`` (``skipped``). ``python -m pipeline convert``
+            passes ``--on_error`` (default "raise", the factories' default).
+        max_pixels: int, the header limit of that check (default
+            178,956,970, the factories').
         **index_kw: passed to the indexer (e.g. ``class_names``, ``labels``,
             or the manifest options ``path_column``, ``label_columns``, ``root``).
 
     Returns:
         dict, the sidecar written to ``output_dir/dataset.json``: ``class_names``,
         ``label_kind`` ("int", "float", "vector" or None), ``num_examples``,
-        ``shards`` (list of {"file", "num_examples"}), ``formats``, ``has_exif``.
+        ``shards`` (list of {"file", "num_examples"}), ``formats``, ``has_exif``;
+        with ``on_error``, ``skipped``: list of {"path", "reason"} of the bad
+        files left out ([] when none).
 
     Raises:
         ValueError: a bad argument (named, with the value received), or
             ``output_dir`` already holds shards or a ``dataset.json``.
+        BadFilesError: with ``on_error="raise"``, a bad file (every bad file
+            is listed; nothing is written); with ``"skip"``, no good file.
     """
     if num_shards is not None:
         num_shards = checks.check_int("num_shards", num_shards)
     shuffle = checks.check_bool("shuffle", shuffle)
     seed = checks.check_int("seed", seed, minimum=0)
+    if on_error is not None:
+        checks.check_choice("on_error", on_error, ("raise", "skip"))
+    if max_pixels is not None:
+        max_pixels = checks.check_int("max_pixels", max_pixels)
     idx = source_index(source, **index_kw)
-    n = len(idx)
-    order = np.random.RandomState(seed).permutation(n) if shuffle else np.arange(n)
-    if num_shards is None:
-        total = int(idx.sizes().clip(0).sum())
-        num_shards = max(1, math.ceil(total / TARGET_SHARD_BYTES))
-    num_shards = min(num_shards, n)
     output_dir = os.fspath(output_dir)
     read.ensure_filesystem(output_dir)
-    tf.io.gfile.makedirs(output_dir)
     try:
         listing = tf.io.gfile.listdir(output_dir)
-    except tf.errors.NotFoundError:  # object stores have no empty "folders"
+    except tf.errors.NotFoundError:  # a new folder (object stores have no empty "folders")
         listing = []
     old = [f for f in listing if f.rstrip("/").endswith(".tfrecord") or f == "dataset.json"]
     if old:
@@ -136,6 +203,16 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             f"`output_dir` already holds shards ({sorted(old)[:3]}...): writing new ones "
             "beside them would mix two datasets. Use an empty folder. "
             f"Received: output_dir={output_dir!r}")
+    skipped = []
+    if on_error is not None:
+        idx, skipped = check_files(idx, on_error, max_pixels=max_pixels, progress=progress)
+    n = len(idx)
+    order = np.random.RandomState(seed).permutation(n) if shuffle else np.arange(n)
+    if num_shards is None:
+        total = int(idx.sizes().clip(0).sum())
+        num_shards = max(1, math.ceil(total / TARGET_SHARD_BYTES))
+    num_shards = min(num_shards, n)
+    tf.io.gfile.makedirs(output_dir)
     kind = idx.label_kind
     workers = num_workers or min(num_shards, 2 * checks.cpu_count())
     names = [SHARD_PATTERN.format(k, num_shards) for k in range(num_shards)]
@@ -205,6 +282,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         "formats": dict(all_formats),
         "has_exif": any(e for _, _, e in results),
     }
+    if on_error is not None:
+        meta["skipped"] = [{"path": r.path, "reason": r.reason} for r in skipped]
     with tf.io.gfile.GFile(read.join(output_dir, SIDECAR), "w") as f:
         f.write(json.dumps(meta, indent=1))
     return meta

@@ -210,3 +210,89 @@ def test_missing_folder_is_named(tmp_path):
     missing = str(tmp_path / "nonexistent")
     with pytest.raises(FileNotFoundError, match="does not exist.*nonexistent"):
         pipeline.from_tfrecords(missing)
+
+
+# --- issue 15: convert applies on_error -------------------------------------------------
+
+def _with_bad_files(folder):
+    """The 9 good PNGs plus a truncated JPEG, a text file named .jpg and a zero-byte .png."""
+    good = sorted(os.path.join(r, f) for r, _, fs in os.walk(folder) for f in fs)
+    write_image(os.path.join(folder, "cat", "photo.jpg"), 120, size=(40, 30), fmt="JPEG")
+    data = open(os.path.join(folder, "cat", "photo.jpg"), "rb").read()
+    open(os.path.join(folder, "cat", "photo.jpg"), "wb").write(data[:len(data) // 2])
+    open(os.path.join(folder, "dog", "notes.jpg"), "w").write("not an image\n")
+    open(os.path.join(folder, "eel", "zero.png"), "wb").close()
+    bad = {os.path.join(folder, "cat", "photo.jpg"): "truncated JPEG (no end-of-image marker)",
+           os.path.join(folder, "dog", "notes.jpg"):
+               "not an image (first bytes 110 111 116 32 97 110 32 105)",
+           os.path.join(folder, "eel", "zero.png"): "empty file (0 bytes)"}
+    return good, bad
+
+
+def _written(out):
+    paths = []
+    for f in sorted(os.listdir(out)):
+        if f.endswith(".tfrecord"):
+            for rec in tf.data.TFRecordDataset(os.path.join(out, f)):
+                ex = tf.train.Example.FromString(rec.numpy())
+                paths.append(ex.features.feature["path"].bytes_list.value[0].decode())
+    return paths
+
+
+def test_write_tfrecords_on_error(folder, tmp_path):
+    good, bad = _with_bad_files(folder)
+    out = str(tmp_path / "raise")
+    with pytest.raises(shards.BadFilesError) as e:
+        pipeline.write_tfrecords(folder, out, num_shards=2, progress=False, on_error="raise")
+    assert [tuple(r) for r in e.value.records] == sorted(bad.items())
+    assert e.value.num_files == 12 and not os.path.exists(out)      # nothing written
+    assert str(e.value).startswith(f"pipeline: cannot write file {sorted(bad)[0]} "
+                                   "(truncated JPEG (no end-of-image marker)); 3 bad files of 12")
+    out = str(tmp_path / "skip")
+    meta = pipeline.write_tfrecords(folder, out, num_shards=2, progress=False, on_error="skip")
+    written = _written(out)
+    assert sorted(written) == good and len(written) == len(set(written)) == 9
+    assert meta["num_examples"] == 9 and meta["class_names"] == ["cat", "dog", "eel"]
+    assert meta["skipped"] == [{"path": p, "reason": r} for p, r in sorted(bad.items())]
+    assert json.load(open(os.path.join(out, "dataset.json")))["skipped"] == meta["skipped"]
+    x, y = collect(pipeline.from_tfrecords(out, shuffle=False, **OPTS))
+    assert sorted(zip(values(x), map(int, y))) == [(1, 0), (2, 0), (3, 0), (4, 1), (5, 1),
+                                                   (6, 2), (7, 2), (8, 2), (9, 2)]
+    # no on_error: every file written, the bad ones with their reason, as before
+    meta = pipeline.write_tfrecords(folder, str(tmp_path / "all"), progress=False)
+    assert meta["num_examples"] == 12 and "skipped" not in meta
+    with pytest.raises(ValueError, match=r"`on_error` must be one of \['raise', 'skip'\]. "
+                                         r"Received: on_error='ignore'"):
+        pipeline.write_tfrecords(folder, str(tmp_path / "x"), on_error="ignore")
+
+
+def test_convert_cli_on_error(folder, tmp_path):
+    """convert wrote the truncated JPEG, the text file and the empty PNG into the shards,
+    exit 0, without a word."""
+    from conftest import run_cli
+    good, bad = _with_bad_files(folder)
+    out = tmp_path / "out"
+    code, stdout, err = run_cli("convert", folder, str(out), "--noprogress")
+    assert code == 1, err
+    assert err.splitlines() == (
+        ["pipeline convert: 3 bad files of 12; nothing written (--on_error=raise; "
+         "--on_error=skip leaves them out):"] + [f"  {p}: {r}" for p, r in sorted(bad.items())])
+    assert not out.exists() and stdout == ""
+    code, stdout, err = run_cli("convert", folder, str(out), "--noprogress", "--on_error=skip",
+                                "--num_shards=3")
+    assert code == 0, err
+    lines = stdout.splitlines()
+    assert lines[:4] == ["skipped 3 bad files of 12 (--on_error=skip):"] + [
+        f"  {p}: {r}" for p, r in sorted(bad.items())]
+    printed = json.loads(lines[-1])
+    assert printed["num_examples"] == 9 and len(printed["skipped"]) == 3
+    written = _written(str(out))
+    assert sorted(written) == good and len(set(written)) == 9
+    # --max_pixels applies to the check: 6x5 PNGs over 29 pixels are all bad
+    code, _, err = run_cli("convert", folder, str(tmp_path / "tiny"), "--noprogress",
+                           "--on_error=skip", "--max_pixels=29")
+    assert code == 1 and err.startswith("pipeline convert: all 12 files are bad: nothing to "
+                                        "write:\n")
+    assert "header claims 6x5 pixels > max_pixels=29" in err
+    code, _, err = run_cli("convert", folder, str(tmp_path / "y"), "--on_error=ignore")
+    assert code == 2 and "--on_error must be 'raise' or 'skip'. Received: 'ignore'" in err
