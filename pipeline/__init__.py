@@ -5,38 +5,50 @@ factories ``from_directory``, ``from_paths``, ``from_manifest``,
 ``from_npy_shards``, ``from_generator``, ``from_tfrecords``;
 ``write_tfrecords``; ``errors``, ``scan``, ``Augment``, ``profile``,
 ``show_batch``; ``ImageOptions`` (the image options, documented once).
+
+``import pipeline`` does not import TensorFlow: each public name loads its
+module (and TensorFlow) the first time it is used, so that
+``python -m pipeline --help`` answers without TensorFlow's start-up cost and
+lines.
 """
 
+import importlib as _importlib
 import os as _os
 import sys as _sys
 
 # TensorFlow's C++ warnings (e.g. "Local rendezvous is aborting ... OUT_OF_RANGE"
 # at each epoch's end) are hidden unless the user chose a level; set before
-# TensorFlow loads, or afterwards where TensorFlow allows (pipeline.stack).
+# TensorFlow loads, or afterwards where TensorFlow allows (pipeline.stack, which
+# reads these two values when it is first imported).
 _CPP_LOG_LEVEL = _os.environ.get("TF_CPP_MIN_LOG_LEVEL")
 _TENSORFLOW_FIRST = "tensorflow" in _sys.modules
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from pipeline import stack as _stack  # noqa: E402
-_stack.quiet_cpp_logs(_CPP_LOG_LEVEL, _TENSORFLOW_FIRST)
-
-from pipeline.guard import ErrorBudgetExceeded, ErrorRecord, errors  # noqa: E402
-from pipeline.config import ImageOptions  # noqa: E402
-from pipeline.report import ScanReport, scan  # noqa: E402
-from pipeline.sources import (from_directory, from_manifest, from_paths,  # noqa: E402
-                              from_tfrecords)
-from pipeline.npy import from_npy_shards  # noqa: E402
-from pipeline.generator import from_generator  # noqa: E402
-from pipeline.shards import write_tfrecords  # noqa: E402
-from pipeline.augment import Augment  # noqa: E402
-from pipeline.profiling import ProfileReport, profile  # noqa: E402
-from pipeline import compat  # noqa: E402
-from pipeline.distribute import distribute_dataset, run_dispatcher, run_worker  # noqa: E402
-from pipeline.visualize import show_batch  # noqa: E402
-from pipeline.resume import (IteratorCheckpoint, NotCheckpointableError,  # noqa: E402
-                             check_checkpointable)
+if _TENSORFLOW_FIRST:
+    # TensorFlow is loaded already: set its level now (or say at once why it cannot be).
+    from pipeline import stack as _stack  # noqa: E402,F401
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it (imported on first use)
+_EXPORTS = {
+    "ErrorBudgetExceeded": "pipeline.guard", "ErrorRecord": "pipeline.guard",
+    "errors": "pipeline.guard",
+    "ImageOptions": "pipeline.config",
+    "ScanReport": "pipeline.report", "scan": "pipeline.report",
+    "from_directory": "pipeline.sources", "from_manifest": "pipeline.sources",
+    "from_paths": "pipeline.sources", "from_tfrecords": "pipeline.sources",
+    "from_npy_shards": "pipeline.npy",
+    "from_generator": "pipeline.generator",
+    "write_tfrecords": "pipeline.shards",
+    "Augment": "pipeline.augment",
+    "ProfileReport": "pipeline.profiling", "profile": "pipeline.profiling",
+    "distribute_dataset": "pipeline.distribute", "run_dispatcher": "pipeline.distribute",
+    "run_worker": "pipeline.distribute",
+    "show_batch": "pipeline.visualize",
+    "IteratorCheckpoint": "pipeline.resume", "NotCheckpointableError": "pipeline.resume",
+    "check_checkpointable": "pipeline.resume",
+}
+_SUBMODULES = ("compat",)
 
 __all__ = ["from_directory", "from_paths", "from_manifest", "from_npy_shards",
            "from_generator", "from_tfrecords", "write_tfrecords", "errors", "ErrorRecord",
@@ -45,3 +57,19 @@ __all__ = ["from_directory", "from_paths", "from_manifest", "from_npy_shards",
            "IteratorCheckpoint", "NotCheckpointableError", "check_checkpointable",
            "show_batch",
            "__version__"]
+
+
+def __getattr__(name):
+    """Loads a public name's module on first use (PEP 562)."""
+    if name in _EXPORTS:
+        value = getattr(_importlib.import_module(_EXPORTS[name]), name)
+    elif name in _SUBMODULES:
+        value = _importlib.import_module(f"pipeline.{name}")
+    else:
+        raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

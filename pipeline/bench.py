@@ -493,7 +493,9 @@ def format_table(results: Dict[str, dict], reference: str = "pipeline") -> str:
 def _worker(spec_json: str) -> None:
     spec = json.loads(spec_json)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf  # noqa: F401  (import cost is not measured)
+    from pipeline import native_stderr
+    with native_stderr.dropping_repeats():  # TensorFlow 2.21 logs its start-up lines twice
+        import tensorflow as tf  # noqa: F401  (import cost is not measured)
     for mod in [spec["module"]] if spec.get("module") else []:
         importlib.import_module(mod)  # registers the candidate in this process
     for mod in spec.get("imports", []):

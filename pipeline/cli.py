@@ -708,6 +708,7 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
     args = argv[1:]
     head = args[:args.index("--")] if "--" in args else args
     if any(a in _HELPFULL for a in head):
+        _import_tensorflow()  # its absl flags are part of the full list
         print(main_help())
         print("\nAll flags (absl; TensorFlow's and absl's own included):\n")
         print(FLAGS.get_help())
@@ -722,4 +723,18 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
             sys.exit(_error(None, f"unknown command {name!r}; one of {list(COMMANDS)}"))
         print(command_help(name))
         sys.exit(0)
+    if _first_positional(head) in COMMANDS:
+        _import_tensorflow()  # every command needs it; its absl flags parse as before
     app.run(main, argv=argv, flags_parser=_parse_flags)
+
+
+def _import_tensorflow() -> None:
+    """``import tensorflow``, its start-up lines shown once.
+
+    Help (``--help``, ``CMD --help``) never calls this: it imports no
+    TensorFlow. TensorFlow 2.21 writes its start-up lines twice while it loads
+    (``pipeline.native_stderr``); the repeats are dropped.
+    """
+    from pipeline import native_stderr
+    with native_stderr.dropping_repeats():
+        import tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import

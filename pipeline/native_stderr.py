@@ -20,6 +20,14 @@ Used for:
   Not dropped: libjpeg's descriptions of corrupt data (``Bogus Huffman table
   definition``, ``Corrupt JPEG data: 40 extraneous bytes before marker 0xd9``),
   which say something the report does not.
+* ``dropping_repeats``: TensorFlow 2.21's ``import tensorflow`` writes its
+  start-up lines twice ("WARNING: All log messages before absl::InitializeLog()
+  is called are written to STDERR", "oneDNN custom operations are on", "Could
+  not find cuda drivers"): its wheel links a second copy of TSL's platform code
+  into ``tensorflow/python/profiler/internal/_pywrap_profiler_plugin.so``, which
+  ``import tensorflow`` loads (``tf.profiler.experimental.client``) and whose
+  static initialisers log the same lines again. The command line imports
+  TensorFlow inside ``dropping_repeats``, so they show once.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import os
 import re
 import sys
 import threading
-from typing import Iterator, Optional, Pattern, Union
+from typing import Callable, Iterator, Optional, Pattern, Union
 
 # libjpeg's messages for a truncated JPEG, as TensorFlow's in-memory source makes
 # them (its fill_input_buffer suspends, or fails after a fake end-of-image
@@ -44,13 +52,15 @@ TRUNCATED_JPEG = re.compile(
 _PIPE_BYTES = 1 << 20  # a larger pipe: a writer holding the GIL must not fill it
 
 
-def _forward(read_fd: int, out_fd: int, tail: Pattern, dropped: list) -> None:
-    """Copies ``read_fd`` to ``out_fd`` line by line, dropping what ``tail`` matches.
+# The prefix TensorFlow's C++ logging puts before a line: absl's (2.21:
+# "I0000 00:00:1796083960.110955   31660 ") and TSL's (2.16: "2026-12-01
+# 00:03:33.912549: I ").
+LOG_PREFIX = re.compile(rb"^(?:[IWEF]\d{4} [\d:.]+ +\d+ |\d{4}-\d\d-\d\d [\d:.]+: [IWEF] )")
 
-    A line is dropped when the pattern matches its end; what comes before the
-    match on that line is kept (another writer's unfinished line, such as a
-    progress bar, which the dropped line was written after).
-    """
+
+def _forward(read_fd: int, out_fd: int, keep: Callable[[bytes], bytes]) -> None:
+    """Copies ``read_fd`` to ``out_fd`` segment by segment (up to each line end),
+    each segment replaced by ``keep(segment)``."""
     pending = b""
     while True:
         try:
@@ -65,45 +75,23 @@ def _forward(read_fd: int, out_fd: int, tail: Pattern, dropped: list) -> None:
         if cut < 0:
             continue
         done, pending = pending[:cut + 1], pending[cut + 1:]
-        out = [_keep(segment, tail, dropped) for segment in re.split(rb"(?<=[\r\n])", done)]
-        if any(out):
-            os.write(out_fd, b"".join(out))
+        out = b"".join(keep(segment) for segment in re.split(rb"(?<=[\r\n])", done))
+        if out:
+            os.write(out_fd, out)
     if pending:
-        kept = _keep(pending, tail, dropped)
+        kept = keep(pending)
         if kept:
             os.write(out_fd, kept)
 
 
-def _keep(segment: bytes, tail: Pattern, dropped: list) -> bytes:
-    line = segment.rstrip(b"\r\n")
-    m = tail.search(line) if line else None
-    if m is None:
-        return segment
-    dropped.append(m.group(0).decode("utf-8", "replace"))
-    return line[:m.start()]
-
-
 @contextlib.contextmanager
-def dropping(pattern: Union[str, Pattern], dropped: Optional[list] = None) -> Iterator[list]:
-    """Within the block, lines written to stderr that ``pattern`` matches whole are dropped.
-
-    Args:
-        pattern: a regular expression (str or compiled str pattern): a line
-            (without its line end) that ends with a match loses the match;
-            what came before it on that line is kept (another writer's
-            unfinished line, e.g. a progress bar), and a line that was only
-            the match is dropped whole.
-        dropped: optional list the dropped lines are appended to.
-
-    Yields:
-        The list of dropped texts (complete once the block has ended).
+def _filtered(keep: Callable[[bytes], bytes]) -> Iterator[None]:
+    """Within the block, what is written to descriptor 2 passes through ``keep``,
+    one segment (a line with its end, or up to a "\r") at a time, in order.
 
     Where descriptor 2 cannot be redirected (closed, or no pipes), the block
     runs unfiltered.
     """
-    text = pattern if isinstance(pattern, str) else pattern.pattern
-    tail = re.compile(b"(?:" + text.encode("utf-8") + b")\\Z")
-    dropped = [] if dropped is None else dropped
     for stream in (sys.stderr, sys.__stderr__):
         try:
             stream.flush()
@@ -112,26 +100,26 @@ def dropping(pattern: Union[str, Pattern], dropped: Optional[list] = None) -> It
     try:
         saved = os.dup(2)
     except OSError:
-        yield dropped
+        yield
         return
     try:
         read_fd, write_fd = os.pipe()
     except OSError:
         os.close(saved)
-        yield dropped
+        yield
         return
     try:
         import fcntl  # pylint: disable=import-outside-toplevel
         fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BYTES)
     except (ImportError, OSError):
         pass
-    thread = threading.Thread(target=_forward, args=(read_fd, saved, tail, dropped),
+    thread = threading.Thread(target=_forward, args=(read_fd, saved, keep),
                               name="pipeline-native-stderr", daemon=True)
     thread.start()
     os.dup2(write_fd, 2)
     os.close(write_fd)
     try:
-        yield dropped
+        yield
     finally:
         for stream in (sys.stderr, sys.__stderr__):
             try:
@@ -143,3 +131,63 @@ def dropping(pattern: Union[str, Pattern], dropped: Optional[list] = None) -> It
         if not thread.is_alive():
             os.close(read_fd)
             os.close(saved)
+
+
+@contextlib.contextmanager
+def dropping(pattern: Union[str, Pattern], dropped: Optional[list] = None) -> Iterator[list]:
+    """Within the block, lines written to stderr that ``pattern`` matches are dropped.
+
+    Args:
+        pattern: a regular expression (str or compiled str pattern): a line
+            (without its line end) that ends with a match loses the match;
+            what came before it on that line is kept (another writer's
+            unfinished line, e.g. a progress bar), and a line that was only
+            the match is dropped whole.
+        dropped: optional list the dropped texts are appended to.
+
+    Yields:
+        The list of dropped texts (complete once the block has ended).
+    """
+    text = pattern if isinstance(pattern, str) else pattern.pattern
+    tail = re.compile(b"(?:" + text.encode("utf-8") + b")\\Z")
+    dropped = [] if dropped is None else dropped
+
+    def keep(segment: bytes) -> bytes:
+        line = segment.rstrip(b"\r\n")
+        m = tail.search(line) if line else None
+        if m is None:
+            return segment
+        dropped.append(m.group(0).decode("utf-8", "replace"))
+        return line[:m.start()]
+
+    with _filtered(keep):
+        yield dropped
+
+
+@contextlib.contextmanager
+def dropping_repeats(dropped: Optional[list] = None) -> Iterator[list]:
+    """Within the block, a line that repeats an earlier one of the block is dropped.
+
+    Lines are compared without TensorFlow's log prefix (``LOG_PREFIX``: its
+    time stamp and thread id differ between the copies). For TensorFlow
+    2.21's ``import tensorflow``, which writes its start-up lines twice (see
+    the module doc); blank lines always pass.
+
+    Yields:
+        The list of dropped lines (complete once the block has ended).
+    """
+    seen = set()
+    dropped = [] if dropped is None else dropped
+
+    def keep(segment: bytes) -> bytes:
+        line = LOG_PREFIX.sub(b"", segment.rstrip(b"\r\n"))
+        if not line.strip() or not segment.endswith(b"\n"):
+            return segment
+        if line in seen:
+            dropped.append(segment.rstrip(b"\r\n").decode("utf-8", "replace"))
+            return b""
+        seen.add(line)
+        return segment
+
+    with _filtered(keep):
+        yield dropped

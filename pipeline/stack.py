@@ -214,7 +214,7 @@ def _absl_set_min_log_level(level: int) -> str:
 
 
 def quiet_cpp_logs(user_level: Optional[str], tensorflow_first: bool) -> CppLogStatus:
-    """Hides TensorFlow's C++ warnings unless the user chose a level; called once by ``import pipeline``.
+    """Hides TensorFlow's C++ warnings unless the user chose a level; called once, when this module loads.
 
     Args:
         user_level: the value of ``TF_CPP_MIN_LOG_LEVEL`` before ``import pipeline``
@@ -351,6 +351,15 @@ def needs_tfio_message(feature: str, path) -> str:
 def main(argv=None):
     del argv
     print(format_doctor())
+
+
+# ``import pipeline`` records the user's TF_CPP_MIN_LOG_LEVEL and whether
+# TensorFlow came first, and sets the level; it imports no TensorFlow itself,
+# so the status is settled here, when this module (and TensorFlow) first loads.
+_package = sys.modules.get("pipeline")
+if _package is not None and hasattr(_package, "_TENSORFLOW_FIRST"):
+    quiet_cpp_logs(_package._CPP_LOG_LEVEL, _package._TENSORFLOW_FIRST)
+del _package
 
 
 if __name__ == "__main__":

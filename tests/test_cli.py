@@ -552,3 +552,71 @@ def test_bench_never_prints_nan_figures(tmp_path, monkeypatch):
     cli._write_json(str(tmp_path / "n.json"), {"a": float("nan"), "b": [float("inf"), 1.5]})
     assert (tmp_path / "n.json").read_text().split() == ['{', '"a":', 'null,', '"b":', '[',
                                                          'null,', '1.5', ']', '}']
+
+
+_RUN_MAIN = """
+import runpy, sys
+sys.argv = ["-m"] + sys.argv[1:]
+try:
+    runpy.run_module("pipeline", run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    print("EXIT", e.code)
+print("TENSORFLOW", "tensorflow" in sys.modules)
+"""
+
+
+def test_help_imports_no_tensorflow():
+    """`python -m pipeline --help` imported TensorFlow (seconds, and TF 2.21's start-up lines)."""
+    for args in (["--help"], ["convert", "--help"], ["scan", "-h"], ["bench", "--help"],
+                 ["--help", "doctor"]):
+        proc = subprocess.run([sys.executable, "-c", _RUN_MAIN, *args], capture_output=True,
+                              text=True, timeout=120, cwd=REPO,
+                              env=dict(os.environ, PYTHONPATH=REPO))
+        lines = proc.stdout.splitlines()
+        assert lines[0].startswith("usage: python -m pipeline"), proc.stdout + proc.stderr
+        assert lines[-2:] == ["EXIT 0", "TENSORFLOW False"], (args, proc.stderr[-2000:])
+        assert proc.stderr == "", (args, proc.stderr)
+
+
+def test_import_pipeline_loads_tensorflow_on_first_use():
+    code = ("import sys\nimport pipeline\nassert 'tensorflow' not in sys.modules\n"
+            "assert sorted(set(pipeline.__all__) - set(dir(pipeline))) == []\n"
+            "f = pipeline.from_directory\nassert 'tensorflow' in sys.modules\n"
+            "from pipeline import scan, compat, ErrorRecord\n"
+            "assert f.__module__ == 'pipeline.sources' and compat.__name__ == 'pipeline.compat'\n"
+            "from pipeline import stack\nprint(stack.cpp_log_status().quiet)\n"
+            "try:\n    pipeline.nope\nexcept AttributeError as e:\n    print(e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=REPO, env=dict(env, PYTHONPATH=REPO))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["True", "module 'pipeline' has no attribute 'nope'"]
+
+
+def test_tensorflow_start_up_lines_show_at_most_once():
+    """TensorFlow 2.21 writes its start-up lines twice in `import tensorflow` (a second copy
+    in _pywrap_profiler_plugin.so); a command shows each once."""
+    from pipeline import native_stderr
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "doctor"], capture_output=True,
+                          text=True, timeout=300, cwd=REPO, env=dict(env, PYTHONPATH=REPO))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [native_stderr.LOG_PREFIX.sub(b"", l.encode()).decode()
+             for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == len(set(lines)), proc.stderr
+
+
+def test_dropping_repeats_drops_only_repeated_lines(capfd):
+    from pipeline import native_stderr
+    with native_stderr.dropping_repeats() as dropped:
+        os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are "
+                    b"written to STDERR\nI0000 00:00:1796083960.110955   31660 port.cc:153] "
+                    b"oneDNN custom operations are on.\n\n")
+        os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are "
+                    b"written to STDERR\nI0000 00:00:1796083962.250055   31660 port.cc:153] "
+                    b"oneDNN custom operations are on.\n\nother\n\rbar 1\rbar 1\r")
+    err = capfd.readouterr().err
+    assert err == ("WARNING: All log messages before absl::InitializeLog() is called are "
+                   "written to STDERR\nI0000 00:00:1796083960.110955   31660 port.cc:153] "
+                   "oneDNN custom operations are on.\n\n\nother\n\rbar 1\rbar 1\r")
+    assert len(dropped) == 2
