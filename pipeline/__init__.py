@@ -13,17 +13,15 @@ lines.
 """
 
 import importlib as _importlib
-import os as _os
-import sys as _sys
+
+from pipeline import native_stderr as _native_stderr
 
 # TensorFlow's C++ warnings (e.g. "Local rendezvous is aborting ... OUT_OF_RANGE"
-# at each epoch's end) are hidden unless the user chose a level; set before
-# TensorFlow loads, or afterwards where TensorFlow allows (pipeline.stack, which
-# reads these two values when it is first imported).
-_CPP_LOG_LEVEL = _os.environ.get("TF_CPP_MIN_LOG_LEVEL")
-_TENSORFLOW_FIRST = "tensorflow" in _sys.modules
-_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-if _TENSORFLOW_FIRST:
+# at each epoch's end) are hidden unless the user chose a level: set here,
+# before TensorFlow loads, or afterwards where TensorFlow allows (pipeline.stack,
+# which settles it when it first loads).
+_native_stderr.set_cpp_log_level(2)
+if _native_stderr.cpp_log_state()[1]:
     # TensorFlow is loaded already: set its level now (or say at once why it cannot be).
     from pipeline import stack as _stack  # noqa: E402,F401
 

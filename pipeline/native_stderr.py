@@ -37,7 +37,7 @@ import os
 import re
 import sys
 import threading
-from typing import Callable, Iterator, Optional, Pattern, Union
+from typing import Callable, Iterator, Optional, Pattern, Tuple, Union
 
 # libjpeg's messages for a truncated JPEG, as TensorFlow's in-memory source makes
 # them (its fill_input_buffer suspends, or fails after a fake end-of-image
@@ -48,6 +48,31 @@ TRUNCATED_JPEG = re.compile(
     r"|Input file read error"
     r"|(?:\d{4}-\d\d-\d\d [\d:.]+: E \S*|E\d{4} [\d:.]+ +\d+ )jpeg_mem\.cc:\d+\] "
     r"Premature end of JPEG data\. Stopped at line \d+/\d+")
+
+# ``import pipeline`` hides TensorFlow's C++ warnings (TF_CPP_MIN_LOG_LEVEL=2,
+# errors only) unless the user chose a level; ``pipeline.stack`` reports how.
+CPP_LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
+_cpp_log_state: Optional[Tuple[Optional[str], bool]] = None
+
+
+def set_cpp_log_level(level: int = 2) -> None:
+    """Sets ``TF_CPP_MIN_LOG_LEVEL`` to ``level`` unless the user set it; called by
+    ``import pipeline``, before it imports TensorFlow (it never does itself).
+
+    Records, once, the user's value and whether TensorFlow was imported first
+    (``cpp_log_state``): TensorFlow reads the variable when it loads.
+    """
+    global _cpp_log_state
+    if _cpp_log_state is None:
+        _cpp_log_state = (os.environ.get(CPP_LOG_ENV), "tensorflow" in sys.modules)
+    os.environ.setdefault(CPP_LOG_ENV, str(level))
+
+
+def cpp_log_state() -> Optional[Tuple[Optional[str], bool]]:
+    """(the user's ``TF_CPP_MIN_LOG_LEVEL`` or None, TensorFlow imported before
+    pipeline), as ``set_cpp_log_level`` found them; None before it ran."""
+    return _cpp_log_state
+
 
 _PIPE_BYTES = 1 << 20  # a larger pipe: a writer holding the GIL must not fill it
 

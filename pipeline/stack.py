@@ -1,6 +1,7 @@
 """What the installed stack can do: TensorFlow, Keras, tensorflow-io, decoders, filesystems.
 
-Standalone: imports only TensorFlow, absl and the standard library (no other ``pipeline``
+Standalone: imports only TensorFlow, absl, the standard library and the two base modules
+``pipeline.checks`` and ``pipeline.native_stderr`` (which import no other ``pipeline``
 module), so any module may use it and ``python -m pipeline.stack`` prints the report.
 
 tensorflow-io 0.37.1, its last release, loads its ops only with TensorFlow 2.16.x. With newer
@@ -31,6 +32,7 @@ import tensorflow as tf
 from absl import logging
 
 from pipeline import checks
+from pipeline import native_stderr
 
 __all__ = ["TfioStatus", "tfio_status", "core_webp", "doctor", "format_doctor",
            "needs_tfio_message", "cpu_count", "TFIO_STACK_HINT", "CppLogStatus",
@@ -354,12 +356,11 @@ def main(argv=None):
 
 
 # ``import pipeline`` records the user's TF_CPP_MIN_LOG_LEVEL and whether
-# TensorFlow came first, and sets the level; it imports no TensorFlow itself,
-# so the status is settled here, when this module (and TensorFlow) first loads.
-_package = sys.modules.get("pipeline")
-if _package is not None and hasattr(_package, "_TENSORFLOW_FIRST"):
-    quiet_cpp_logs(_package._CPP_LOG_LEVEL, _package._TENSORFLOW_FIRST)
-del _package
+# TensorFlow came first, and sets the level (``native_stderr.set_cpp_log_level``);
+# it imports no TensorFlow itself, so the status is settled here, when this
+# module (and TensorFlow) first loads.
+if native_stderr.cpp_log_state() is not None:
+    quiet_cpp_logs(*native_stderr.cpp_log_state())
 
 
 if __name__ == "__main__":
