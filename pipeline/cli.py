@@ -8,17 +8,19 @@ package reads absl flags). Commands:
             alternated, medians and spread. With no --data_dir: the built-in
             sample of generated JPEGs. --profile: per-stage costs; --plan: a
             capacity plan (cores and tf.data service workers for a rate).
+            Too few images to time one batch is a usage error.
   scan      one parallel pass over a folder / manifest / path list: counts per
             class and format, sizes, extension mismatches, bad files.
-  convert   write TFRecord shards (encoded bytes + label + path).
+  convert   write TFRecord shards (encoded bytes + label + path), after
+            decoding every file once to apply --on_error (raise | skip).
   service   start a tf.data service dispatcher or worker.
   doctor    print the installed stack (versions, CPUs).
 
 ``pipeline CMD --help`` shows one command's usage and flags; ``--helpfull``
 lists every absl flag (TensorFlow's included). Exit status: 0 success, 1 a
-command's own failure (``scan`` found bad files), 2 a usage error (unknown
-command, bad or missing argument, bad flag value) or a source that cannot be
-read. A usage error names the argument as the user typed it (SRC, OUT,
+command's own failure (``scan`` found bad files; ``convert`` met bad files
+with --on_error=raise), 2 a usage error (unknown command, bad or missing
+argument, bad flag value) or a source that cannot be read. A usage error names the argument as the user typed it (SRC, OUT,
 --flag: ``user_names``), never the library's Python name for it.
 """
 
@@ -648,7 +650,8 @@ def main_help() -> str:
         out.append(f"  {n:<{width}}  {c.title}")
     out += ["", f"{PROG} <command> --help shows a command's arguments and flags; "
                 "--helpfull lists every absl flag (TensorFlow's included).",
-            "Exit status: 0 success, 1 the command failed (scan: bad files found), "
+            "Exit status: 0 success, 1 the command failed (scan: bad files found; "
+            "convert: bad files with --on_error=raise), "
             "2 usage error."]
     return "\n".join(out)
 
