@@ -2,11 +2,11 @@
 
 Such code writes to the process's file descriptor 2 directly, below Python's
 ``sys.stderr``, so no Python logging setting reaches it. ``dropping(pattern)``
-points descriptor 2 at a pipe for the length of a block; a thread copies every
-line to the real stderr as it arrives, except the lines that ``pattern`` matches
+points descriptor 2 at a pipe for the length of a block (``wurlitzer.pipes``); every
+line reaches the real stderr as it arrives, except the lines that ``pattern`` matches
 whole. Everything else (Python's own stderr, tqdm's progress bars, any other
 C++ line) passes through unchanged and in order. Imports only the standard
-library, so the command line can use it before TensorFlow loads.
+library and ``wurlitzer``, so the command line can use it before TensorFlow loads.
 
 Used for:
 
@@ -36,7 +36,6 @@ import contextlib
 import os
 import re
 import sys
-import threading
 from typing import Callable, Iterator, Optional, Pattern, Tuple, Union
 
 # libjpeg's messages for a truncated JPEG, as TensorFlow's in-memory source makes
@@ -74,39 +73,41 @@ def cpp_log_state() -> Optional[Tuple[Optional[str], bool]]:
     return _cpp_log_state
 
 
-_PIPE_BYTES = 1 << 20  # a larger pipe: a writer holding the GIL must not fill it
-
-
 # The prefix TensorFlow's C++ logging puts before a line: absl's (2.21:
 # "I0000 00:00:1796083960.110955   31660 ") and TSL's (2.16: "2026-12-01
 # 00:03:33.912549: I ").
 LOG_PREFIX = re.compile(rb"^(?:[IWEF]\d{4} [\d:.]+ +\d+ |\d{4}-\d\d-\d\d [\d:.]+: [IWEF] )")
 
 
-def _forward(read_fd: int, out_fd: int, keep: Callable[[bytes], bytes]) -> None:
-    """Copies ``read_fd`` to ``out_fd`` segment by segment (up to each line end),
-    each segment replaced by ``keep(segment)``."""
-    pending = b""
-    while True:
-        try:
-            chunk = os.read(read_fd, 65536)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            break
-        pending += chunk
-        # "\r" ends a segment too, so a progress bar's updates pass at once.
-        cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
-        if cut < 0:
-            continue
-        done, pending = pending[:cut + 1], pending[cut + 1:]
-        out = b"".join(keep(segment) for segment in re.split(rb"(?<=[\r\n])", done))
+class _LineFilter:
+    """The file-like object ``wurlitzer`` writes descriptor 2's bytes to: cuts them
+    into segments (a line with its end, or up to a "\r", so that a progress
+    bar's updates pass at once) and writes ``keep(segment)`` to ``out_fd``."""
+
+    def __init__(self, out_fd: int, keep: Callable[[bytes], bytes]):
+        self._out_fd = out_fd
+        self._keep = keep
+        self._pending = b""
+
+    def _emit(self, segments) -> None:
+        out = b"".join(self._keep(segment) for segment in segments if segment)
         if out:
-            os.write(out_fd, out)
-    if pending:
-        kept = keep(pending)
-        if kept:
-            os.write(out_fd, kept)
+            os.write(self._out_fd, out)
+
+    def write(self, data: bytes) -> None:
+        self._pending += data
+        cut = max(self._pending.rfind(b"\n"), self._pending.rfind(b"\r"))
+        if cut >= 0:
+            done, self._pending = self._pending[:cut + 1], self._pending[cut + 1:]
+            self._emit(re.split(rb"(?<=[\r\n])", done))
+
+    def flush(self) -> None:  # wurlitzer may flush; a partial line waits for its end
+        pass
+
+    def close(self) -> None:
+        """Writes what is left (an unfinished last line) through ``keep``."""
+        pending, self._pending = self._pending, b""
+        self._emit([pending])
 
 
 @contextlib.contextmanager
@@ -114,48 +115,23 @@ def _filtered(keep: Callable[[bytes], bytes]) -> Iterator[None]:
     """Within the block, what is written to descriptor 2 passes through ``keep``,
     one segment (a line with its end, or up to a "\r") at a time, in order.
 
-    Where descriptor 2 cannot be redirected (closed, or no pipes), the block
-    runs unfiltered.
+    The redirection is ``wurlitzer.pipes`` (descriptor 2 pointed at a pipe that
+    a thread drains); where descriptor 2 cannot be duplicated (closed), the
+    block runs unfiltered.
     """
-    for stream in (sys.stderr, sys.__stderr__):
-        try:
-            stream.flush()
-        except (AttributeError, OSError, ValueError):
-            pass
+    import wurlitzer  # pylint: disable=import-outside-toplevel
     try:
         saved = os.dup(2)
     except OSError:
         yield
         return
+    sink = _LineFilter(saved, keep)
     try:
-        read_fd, write_fd = os.pipe()
-    except OSError:
-        os.close(saved)
-        yield
-        return
-    try:
-        import fcntl  # pylint: disable=import-outside-toplevel
-        fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), _PIPE_BYTES)
-    except (ImportError, OSError):
-        pass
-    thread = threading.Thread(target=_forward, args=(read_fd, saved, keep),
-                              name="pipeline-native-stderr", daemon=True)
-    thread.start()
-    os.dup2(write_fd, 2)
-    os.close(write_fd)
-    try:
-        yield
+        with wurlitzer.pipes(stdout=None, stderr=sink, encoding=None):
+            yield
     finally:
-        for stream in (sys.stderr, sys.__stderr__):
-            try:
-                stream.flush()
-            except (AttributeError, OSError, ValueError):
-                pass
-        os.dup2(saved, 2)   # closes the pipe's last write end: the thread sees its end
-        thread.join(timeout=10)
-        if not thread.is_alive():
-            os.close(read_fd)
-            os.close(saved)
+        sink.close()
+        os.close(saved)
 
 
 @contextlib.contextmanager
