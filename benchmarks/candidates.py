@@ -60,7 +60,7 @@ from pipeline import config as config_lib  # noqa: E402
 from pipeline import sample  # noqa: E402
 from pipeline.candidates import pil_load  # noqa: E402
 
-DATA_DIR_HELP = ("Class-folder photo root; default: $PIPELINE_DATA_DIR, else "
+DATA_DIR_HELP = ("Default: $PIPELINE_DATA_DIR, else "
                  "../shared/data/imagenet-sample next to the repository, else a generated "
                  "sample (pipeline.sample.default_data_dir).")
 

@@ -352,3 +352,29 @@ def test_decode_cost(photos, tmp_path):
     # decoding costs more than the map machinery alone, whatever the machine's load
     assert c["decode_jpeg"]["min"] > c["identity"]["min"]
     assert "x decode_jpeg" in stdout
+
+
+def test_data_dir_help_says_each_thing_once():
+    """Each script's --data_dir help is its own lead-in + candidates.DATA_DIR_HELP; the
+    shared text once said "Class-folder photo root" too, so the help read it twice."""
+    import ast
+    import re
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    try:
+        from candidates import DATA_DIR_HELP  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    found = 0
+    for name in sorted(os.listdir(os.path.join(REPO, "benchmarks"))):
+        if not name.endswith(".py"):
+            continue
+        tree = ast.parse(open(os.path.join(REPO, "benchmarks", name)).read())
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)
+                    and isinstance(node.left, ast.Constant)
+                    and isinstance(node.right, ast.Name) and node.right.id == "DATA_DIR_HELP"):
+                found += 1
+                text = (node.left.value + DATA_DIR_HELP).lower()
+                sentences = [s.strip() for s in re.split(r"[.;]", text) if s.strip()]
+                assert len(sentences) == len(set(sentences)), (name, text)
+    assert found >= 8
