@@ -251,6 +251,36 @@ def usage_error(message: str) -> app.UsageError:
     return app.UsageError(message, exitcode=USAGE_ERROR)
 
 
+def _check_writable(flag: str) -> None:
+    """Usage error unless the file ``--flag`` names can be written; creates nothing."""
+    path = getattr(FLAGS, flag)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise usage_error(f"--{flag} is a folder, not a file. Received: {path!r}")
+    if not os.path.isdir(folder):
+        raise usage_error(f"--{flag}: folder {folder!r} does not exist. Received: {path!r}")
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        raise usage_error(f"--{flag}: cannot write {path!r} (permission denied)")
+
+
+def _check_port() -> None:
+    """Usage error unless --port is None or a TCP port number (0 = any free port)."""
+    if FLAGS.port is not None and not 0 <= FLAGS.port <= 65535:
+        raise usage_error(f"--port must be 0-65535. Received: {FLAGS.port}")
+
+
+def _start_server(what: str, fn, **kw) -> None:
+    """Runs ``fn(**kw)``; a server that cannot start (gRPC's RuntimeError) is a usage
+    error naming --port."""
+    try:
+        fn(**kw)
+    except RuntimeError as e:
+        if "Could not start" not in str(e):
+            raise
+        raise usage_error(f"cannot start the {what} on --port={kw.get('port')}: {e} "
+                          "(is the port in use? choose another --port)") from None
+
+
 def _json_safe(obj):
     """``obj`` with NaN and infinite floats as None (JSON has no NaN)."""
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -340,8 +370,10 @@ def cmd_bench(argv: List[str]) -> int:
         _positive(name)
     if FLAGS.on_error not in ("raise", "skip"):
         raise usage_error(f"--on_error must be 'raise' or 'skip'. Received: {FLAGS.on_error!r}")
-    if FLAGS.max_spread is not None and FLAGS.max_spread <= 0:
-        raise usage_error(f"--max_spread must be > 0. Received: {FLAGS.max_spread}")
+    if FLAGS.max_spread is not None and not (math.isfinite(FLAGS.max_spread)
+                                             and FLAGS.max_spread > 0):
+        raise usage_error(f"--max_spread must be a finite number > 0. Received: "
+                          f"{FLAGS.max_spread}")
     names = ["pipeline"] + [c for c in FLAGS.compare if c and c != "pipeline"]
     unknown = [c for c in names if c not in bench.CANDIDATES]
     if unknown and not FLAGS.profile:
@@ -454,11 +486,8 @@ def cmd_scan(argv: List[str]) -> int:
     if len(argv) != 2:
         raise usage_error(f"scan takes one SOURCE. Received: {argv[1:]!r}")
     _positive("max_pixels")
-    if FLAGS.json_out:  # fail before the scan, not after it
-        try:
-            open(FLAGS.json_out, "a").close()
-        except OSError as e:
-            raise usage_error(f"cannot write --json_out={FLAGS.json_out!r}: {e}")
+    if FLAGS.json_out:  # fail before the scan, not after it (and create nothing yet)
+        _check_writable("json_out")
     report = report_lib.scan(argv[1], max_pixels=FLAGS.max_pixels,
                              follow_links=FLAGS.follow_links, progress=FLAGS.progress,
                              allow_outside_root=FLAGS.allow_outside_root)
@@ -540,8 +569,10 @@ def cmd_service(argv: List[str]) -> int:
     from pipeline import distribute
 
     role = argv[1] if len(argv) == 2 else None
+    _check_port()
     if role == "dispatcher":
-        distribute.run_dispatcher(
+        _start_server(
+            "dispatcher", distribute.run_dispatcher,
             port=5050 if FLAGS.port is None else FLAGS.port,
             worker_addresses=FLAGS.worker_addresses, work_dir=FLAGS.work_dir,
             fault_tolerant_mode=FLAGS.fault_tolerant_mode,
@@ -550,7 +581,8 @@ def cmd_service(argv: List[str]) -> int:
     if role == "worker":
         if not FLAGS.dispatcher_address:
             raise usage_error("service worker needs --dispatcher_address=HOST:PORT")
-        distribute.run_worker(FLAGS.dispatcher_address, port=FLAGS.port or 0,
+        _start_server("worker", distribute.run_worker,
+                      dispatcher_address=FLAGS.dispatcher_address, port=FLAGS.port or 0,
                               worker_address=FLAGS.worker_address,
                               heartbeat_interval_ms=FLAGS.heartbeat_interval_ms)
         return 0
@@ -694,6 +726,11 @@ def main(argv: List[str]) -> int:
     if name not in COMMANDS:
         return _error(None, f"expected a command, one of {list(COMMANDS)}. "
                             f"Received: {argv[1:]!r}")
+    foreign = [f for f, cmds in FLAG_COMMANDS.items() if FLAGS[f].present and name not in cmds]
+    if foreign:
+        return _error(name, "; ".join(
+            f"--{f} is not a flag of {name} (it belongs to {', '.join(FLAG_COMMANDS[f])})"
+            for f in foreign))
     try:
         return COMMANDS[name].fn(argv[1:])
     except app.UsageError as e:

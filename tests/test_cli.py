@@ -620,3 +620,52 @@ def test_dropping_repeats_drops_only_repeated_lines(capfd):
                    "written to STDERR\nI0000 00:00:1796083960.110955   31660 port.cc:153] "
                    "oneDNN custom operations are on.\n\n\nother\n\rbar 1\rbar 1\r")
     assert len(dropped) == 2
+
+
+def test_a_flag_of_another_command_is_a_usage_error(tmp_path):
+    """Found by a fresh-eyes user: `scan DIR --num_shards=3 --compare=zzz` ran and ignored both."""
+
+    code, out, err = run_cli("scan", str(tmp_path), "--num_shards=3")
+    assert code == 2, (code, out, err)
+    assert "--num_shards is not a flag of scan (it belongs to convert)" in err
+    code, _, err = run_cli("doctor", "--data_dir=/x")
+    assert code == 2 and "--data_dir is not a flag of doctor (it belongs to bench)" in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_max_spread_must_be_finite_and_positive(value):
+    """--max_spread=nan was accepted and silently turned the too-wide warnings off."""
+
+    code, _, err = run_cli("bench", f"--max_spread={value}", "--sample_images=8",
+                           "--batch_size=4")
+    assert code == 2, err
+    assert "--max_spread must be a finite number > 0" in err
+
+
+def test_scan_with_a_missing_source_creates_no_json_out(tmp_path):
+
+    out_file = tmp_path / "left.json"
+    code, _, err = run_cli("scan", str(tmp_path / "nope"), f"--json_out={out_file}")
+    assert code == 2, err
+    assert not out_file.exists()
+    code, _, err = run_cli("scan", str(tmp_path), f"--json_out={tmp_path}/no/such/dir/x.json")
+    assert code == 2 and "--json_out: folder" in err
+
+
+def test_service_port_errors_name_the_port():
+    """A bad or busy port was a 20-line gRPC traceback (exit 1) that did not name --port."""
+    import socket
+
+    code, _, err = run_cli("service", "dispatcher", "--port=-1")
+    assert code == 2 and "--port must be 0-65535. Received: -1" in err, err
+    busy = socket.socket()
+    busy.bind(("0.0.0.0", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    try:
+        code, _, err = run_cli("service", "dispatcher", f"--port={port}")
+    finally:
+        busy.close()
+    assert code == 2, err
+    assert f"cannot start the dispatcher on --port={port}" in err
+    assert "Traceback" not in err
