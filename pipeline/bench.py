@@ -206,14 +206,33 @@ def run_candidate(spec: dict, timeout: Optional[float] = None, progress: bool = 
         text=True, timeout=timeout, env=env)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
     if proc.returncode != 0 or not lines:
-        err = (proc.stderr or "")[-2000:].strip() if not progress else (
+        err = error_tail(proc.stderr or "") if not progress else (
             "its error is printed above")
         if proc.returncode == 0:
             err = "it printed no result line"
+        hint = ("" if spec.get("on_error") == "skip" else
+                " A folder with bad files: --on_error=skip, or find them with "
+                "`python -m pipeline scan`.")
         raise RuntimeError(f"benchmark candidate {spec['name']!r} failed "
-                           f"(exit {proc.returncode}): {err}. A folder with bad files: "
-                           "--on_error=skip, or find them with `python -m pipeline scan`")
+                           f"(exit {proc.returncode}): {err}.{hint}")
     return json.loads(lines[-1])
+
+
+def error_tail(stderr: str, max_chars: int = 800) -> str:
+    """The last whole lines of a failed child's ``stderr``, at most ``max_chars``
+    characters, without TensorFlow's C++ log lines (its start-up lines, which
+    TensorFlow 2.21 writes whatever the log level) or blank lines."""
+    from pipeline import native_stderr
+    keep = [line for line in stderr.splitlines() if line.strip()
+            and not native_stderr.LOG_PREFIX.match(line.encode("utf-8", "replace"))
+            and "before absl::InitializeLog() is called" not in line
+            and not line.startswith("To enable the following instructions")]
+    out: List[str] = []
+    for line in reversed(keep):
+        if out and sum(len(x) + 1 for x in out) + len(line) > max_chars:
+            break
+        out.insert(0, line[-max_chars:])
+    return "\n".join(out)
 
 
 def run_candidates(names: List[str], base_spec: dict, repeats: int = 1,

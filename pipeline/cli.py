@@ -430,7 +430,7 @@ def cmd_bench(argv: List[str]) -> int:
                                    keep_going=True)
     if not bench.ok(results["pipeline"]):
         print(bench.format_table(results))
-        print(f"pipeline bench: pipeline failed: {results['pipeline'].get('error', '')[-800:]}",
+        print(f"pipeline bench: pipeline failed: {results['pipeline'].get('error', '')}",
               file=sys.stderr)
         return 1
     unmeasured = [k for k in BENCH_FIGURES if not _finite(results["pipeline"].get(k))]

@@ -669,3 +669,22 @@ def test_service_port_errors_name_the_port():
     assert code == 2, err
     assert f"cannot start the dispatcher on --port={port}" in err
     assert "Traceback" not in err
+
+
+def test_a_failed_candidates_reason_is_its_last_lines_without_tensorflow_start_up_lines():
+    """A failed bench child's reason once began with TF 2.21's start-up lines, cut mid-line."""
+    from pipeline import bench
+    stderr = "\n".join([
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+        "I0000 00:00:1796083960.110955   31660 port.cc:153] oneDNN custom operations are on.",
+        "2026-12-01 00:03:33.912549: I tensorflow/core/util/port.cc:113] oneDNN custom ops",
+        "Traceback (most recent call last):",
+        "  File \"x.py\", line 1, in <module>",
+        "InvalidArgumentError: pipeline: cannot load file /d/bad.jpg (truncated JPEG)",
+        ""])
+    tail = bench.error_tail(stderr)
+    assert tail.splitlines()[-1] == ("InvalidArgumentError: pipeline: cannot load file "
+                                     "/d/bad.jpg (truncated JPEG)")
+    assert "oneDNN" not in tail and "InitializeLog" not in tail
+    short = bench.error_tail(stderr, max_chars=80)
+    assert short == "InvalidArgumentError: pipeline: cannot load file /d/bad.jpg (truncated JPEG)"
