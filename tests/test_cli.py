@@ -663,9 +663,14 @@ def test_service_port_errors_name_the_port():
     busy.listen()
     port = busy.getsockname()[1]
     try:
-        code, _, err = run_cli("service", "dispatcher", f"--port={port}")
+        # In a subprocess: a dispatcher that failed to start leaves gRPC state behind, which
+        # must not share a process with the other tests.
+        r = subprocess.run([sys.executable, "-m", "pipeline", "service", "dispatcher",
+                            f"--port={port}"], capture_output=True, text=True, timeout=120,
+                           cwd=REPO)
     finally:
         busy.close()
+    code, err = r.returncode, r.stderr
     assert code == 2, err
     assert f"cannot start the dispatcher on --port={port}" in err
     assert "Traceback" not in err
