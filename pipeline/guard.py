@@ -110,16 +110,22 @@ class ErrorLog:
             return [ErrorRecord(p, r) for p, r in self._records.items()]
 
     def summary(self, limit: int = 10) -> str:
-        """The reasons by count and the first ``limit`` files, one line."""
-        recs = self.records()
-        by_reason = collections.Counter(r.reason for r in recs)
-        lines = [f"{n} x {reason}" for reason, n in by_reason.most_common(limit)]
-        first = "; ".join(f"{r.path}: {r.reason}" for r in recs[:limit])
-        return f"Reasons: {', '.join(lines)}. First files: {first}."
+        """The reasons by count and the first ``limit`` files, one line (``summarize``)."""
+        return summarize(self.records(), limit)
 
     def __len__(self):
         with self._lock:
             return len(self._records)
+
+
+def summarize(records: List[ErrorRecord], limit: int = 10) -> str:
+    """One line for bad-file records: the reasons by count (the ``limit`` most
+    common) and the first ``limit`` files with their reasons, in order."""
+    by_reason = collections.Counter(r.reason for r in records)
+    lines = [f"{n} x {reason}" for reason, n in by_reason.most_common(limit)]
+    first = "; ".join(f"{r.path}: {r.reason}" for r in records[:limit])
+    more = f"; ... and {len(records) - limit} more" if len(records) > limit else ""
+    return f"Reasons: {', '.join(lines)}. First files: {first}{more}."
 
 
 def errors(dataset) -> List[ErrorRecord]:

@@ -83,15 +83,14 @@ class BadFilesError(RuntimeError):
         self.num_files = num_files
 
 
-def _bad_files_message(records, num_files: int, on_error: str, limit: int = 10) -> str:
+def _bad_files_message(records, num_files: int, on_error: str) -> str:
+    from pipeline import guard  # pylint: disable=import-outside-toplevel
     if on_error == "skip":
         head = f"all {num_files} files are bad: no record to write"
     else:
         head = (f"cannot write file {records[0].path} ({records[0].reason}); {len(records)} "
                 f"bad files of {num_files}, nothing written (on_error='skip' leaves them out)")
-    listed = "; ".join(f"{r.path} ({r.reason})" for r in records[:limit])
-    more = f"; ... and {len(records) - limit} more" if len(records) > limit else ""
-    return f"pipeline: {head}. Bad files: {listed}{more}"
+    return f"pipeline: {head}. {guard.summarize(records)}"
 
 
 def check_files(idx: index_lib.Index, on_error: str, max_pixels: Optional[int] = None,
