@@ -233,12 +233,6 @@ def user_names(command_name: str, message: str) -> str:
     c = COMMANDS[command_name]
     names = {f: f"--{f}" for f in command_flags(command_name)}
     names.update(c.arg_names)
-    folder = c.arg_names.get("directory")
-    if folder:
-        message = message.replace(
-            "`labels='inferred'` needs class sub-folders, but the directory has none",
-            f"{folder} needs class sub-folders (a file's class is the name of its "
-            "sub-folder), but it has none")
     for py in sorted(names, key=len, reverse=True):
         user = names[py]
         message = message.replace(f"`{py}`", user).replace(f"`{py}=", f"`{user}=")

@@ -239,8 +239,9 @@ def index_directory(directory, labels="inferred", class_names=None,
         subdirs = [n for n, is_dir in read.listdir(directory) if is_dir and not read.is_hidden(n)]
         if not subdirs:
             raise ValueError(
-                "`labels='inferred'` needs class sub-folders, but the directory has "
-                f"none. Received: directory={directory!r}")
+                "`directory` needs class sub-folders (a file's class is the name of its "
+                "sub-folder), but it has none. Received: "
+                f"directory={directory!r}")
         if class_names is not None:
             missing = [c for c in class_names if c not in subdirs]
             if missing:
