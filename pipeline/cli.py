@@ -257,6 +257,16 @@ def _check_writable(flag: str) -> None:
         raise usage_error(f"--{flag}: cannot write {path!r} (permission denied)")
 
 
+class _DropLogLines:
+    """A ``logging`` filter that drops the records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def filter(self, record) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
 def _check_port() -> None:
     """Usage error unless --port is None or a TCP port number (0 = any free port)."""
     if FLAGS.port is not None and not 0 <= FLAGS.port <= 65535:
@@ -525,6 +535,9 @@ def cmd_convert(argv: List[str]) -> int:
         raise usage_error(
             f"{', '.join('--' + k for k in kw)} apply to a manifest SRC (.csv / .jsonl) only; "
             f"SRC is not one. Received: SRC={argv[1]!r}")
+    # The library's warning on fewer shards than asked is said by the line below instead.
+    quiet = _DropLogLines(shards.FEWER_SHARDS)
+    logging.get_absl_logger().addFilter(quiet)
     try:
         meta = shards.write_tfrecords(
             argv[1], argv[2], FLAGS.num_shards, shuffle=FLAGS.shuffle, seed=FLAGS.seed,
@@ -540,12 +553,19 @@ def cmd_convert(argv: List[str]) -> int:
         for r in e.records:
             print(f"  {r.path}: {r.reason}", file=sys.stderr)
         return 1
+    finally:
+        logging.get_absl_logger().removeFilter(quiet)
     skipped = meta["skipped"]
     if skipped:
         print(f"skipped {len(skipped)} bad file{'s' if len(skipped) > 1 else ''} of "
               f"{meta['num_examples'] + len(skipped)} (--on_error=skip):")
         for r in skipped:
             print(f"  {r['path']}: {r['reason']}")
+    if FLAGS.num_shards is not None and len(meta["shards"]) < FLAGS.num_shards:
+        print(f"wrote {len(meta['shards'])} shards, not --num_shards={FLAGS.num_shards}: "
+              f"there are only {meta['num_examples']} files to write"
+              + (f" ({len(skipped)} bad left out)" if skipped else "")
+              + " and a shard holds at least one record (one file per shard)")
     print(json.dumps({k: meta[k] for k in ("num_examples", "class_names", "shards",
                                             "skipped")}))
     return 0
