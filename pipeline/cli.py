@@ -31,6 +31,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -240,6 +241,19 @@ def user_names(command_name: str, message: str) -> str:
     return message
 
 
+def _as_typed(values: Sequence[str]) -> str:
+    """A list flag's value as the user types it: comma-separated (``a,b``), never a
+    Python list."""
+    return ",".join(str(v) for v in values)
+
+
+def _received_args(argv: Sequence[str]) -> str:
+    """``Received: ...``, the positional arguments after the command (``argv[1:]``) as
+    typed on a shell's command line (quoted where needed), or ``none``."""
+    args = list(argv[1:])
+    return "Received: " + (shlex.join(args) if args else "none")
+
+
 def usage_error(message: str) -> app.UsageError:
     """A usage error (exit status 2)."""
     return app.UsageError(message, exitcode=USAGE_ERROR)
@@ -312,7 +326,8 @@ def _parse_size(values) -> List[int]:
             raise ValueError
     except ValueError:
         raise usage_error(
-            f"--image_size must be HEIGHT,WIDTH positive integers. Received: {values!r}")
+            "--image_size must be HEIGHT,WIDTH positive integers. Received: "
+            f"--image_size={_as_typed(values)}")
     return size
 
 
@@ -368,7 +383,7 @@ def cmd_bench(argv: List[str]) -> int:
     from pipeline import sample
 
     if len(argv) != 1:
-        raise usage_error(f"bench takes no positional arguments. Received: {argv[1:]!r}")
+        raise usage_error(f"bench takes no positional arguments. {_received_args(argv)}")
     size = _parse_size(FLAGS.image_size)
     for name in ("batch_size", "epochs", "repeats", "sample_images"):
         _positive(name)
@@ -381,8 +396,9 @@ def cmd_bench(argv: List[str]) -> int:
     names = ["pipeline"] + [c for c in FLAGS.compare if c and c != "pipeline"]
     unknown = [c for c in names if c not in bench.CANDIDATES]
     if unknown and not FLAGS.profile:
-        raise usage_error(f"--compare: unknown candidate(s) {unknown}; known: "
-                          f"{sorted(bench.CANDIDATES)}. Received: {FLAGS.compare!r}")
+        raise usage_error(f"--compare: unknown candidate(s) {_as_typed(unknown)}; known: "
+                          f"{', '.join(sorted(bench.CANDIDATES))}. Received: "
+                          f"--compare={_as_typed(FLAGS.compare)}")
     if FLAGS.plan:
         if FLAGS.profile:
             raise usage_error("--plan and --profile are separate reports: give one.")
@@ -488,7 +504,7 @@ def cmd_scan(argv: List[str]) -> int:
     from pipeline import report as report_lib
 
     if len(argv) != 2:
-        raise usage_error(f"scan takes one SOURCE. Received: {argv[1:]!r}")
+        raise usage_error(f"scan takes one SOURCE. {_received_args(argv)}")
     _positive("max_pixels")
     if FLAGS.json_out:  # fail before the scan, not after it (and create nothing yet)
         _check_writable("json_out")
@@ -520,7 +536,7 @@ def cmd_convert(argv: List[str]) -> int:
     from pipeline import read, shards
 
     if len(argv) != 3:
-        raise usage_error(f"convert takes SRC and OUT. Received: {argv[1:]!r}")
+        raise usage_error(f"convert takes SRC and OUT. {_received_args(argv)}")
     _positive("num_shards")
     _positive("num_workers")
     _positive("max_pixels")
@@ -600,7 +616,8 @@ def cmd_service(argv: List[str]) -> int:
                               worker_address=FLAGS.worker_address,
                               heartbeat_interval_ms=FLAGS.heartbeat_interval_ms)
         return 0
-    raise usage_error(f"service takes one ROLE, 'dispatcher' or 'worker'. Received: {argv[1:]!r}")
+    raise usage_error(f"service takes one ROLE, 'dispatcher' or 'worker'. "
+                      f"{_received_args(argv)}")
 
 
 DOCTOR_PACKAGES = (("tensorflow", "tensorflow"), ("keras", "keras"), ("numpy", "numpy"),
@@ -631,7 +648,7 @@ def basic_stack() -> dict:
          title="print the installed stack (versions, decoders, CPUs)")
 def cmd_doctor(argv: List[str]) -> int:
     if len(argv) != 1:
-        raise usage_error(f"doctor takes no positional arguments. Received: {argv[1:]!r}")
+        raise usage_error(f"doctor takes no positional arguments. {_received_args(argv)}")
     try:
         import pipeline.stack as stack  # lazily: an optional module
     except ModuleNotFoundError as e:
@@ -738,8 +755,8 @@ def main(argv: List[str]) -> int:
     """Runs the command named by ``argv[1]`` (flags already parsed); returns the exit status."""
     name = argv[1] if len(argv) > 1 else None
     if name not in COMMANDS:
-        return _error(None, f"expected a command, one of {list(COMMANDS)}. "
-                            f"Received: {argv[1:]!r}")
+        return _error(None, f"expected a command, one of {', '.join(COMMANDS)}. "
+                            f"{_received_args(argv)}")
     foreign = [f for f, cmds in FLAG_COMMANDS.items() if FLAGS[f].present and name not in cmds]
     if foreign:
         return _error(name, "; ".join(
@@ -774,7 +791,7 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
             sys.exit(0)
         if name not in COMMANDS:
             print(main_help(), file=sys.stderr)
-            sys.exit(_error(None, f"unknown command {name!r}; one of {list(COMMANDS)}"))
+            sys.exit(_error(None, f"unknown command {name!r}; one of {', '.join(COMMANDS)}"))
         print(command_help(name))
         sys.exit(0)
     if _first_positional(head) in COMMANDS:

@@ -79,7 +79,7 @@ def test_every_flag_belongs_to_a_command():
     (("bench", "--epochs=0"), "--epochs must be > 0"),
     (("bench", "--image_size=1,2,3"), "--image_size"),
     (("bench", "--on_error=ignore"), "--on_error"),
-    (("bench", "--compare=nope"), "--compare: unknown candidate(s) ['nope']"),
+    (("bench", "--compare=nope"), "--compare: unknown candidate(s) nope; known: "),
     (("bench", "extra"), "no positional arguments"),
     (("scan",), "scan takes one SOURCE"),
     (("scan", "a", "b"), "scan takes one SOURCE"),
@@ -95,6 +95,35 @@ def test_usage_errors_exit_2_with_the_usage_line(args, says):
     assert code == 2, (args, out, err)
     assert says in err and "usage: python -m pipeline" in err
     assert "Traceback" not in err and "--heartbeat_interval_ms" not in err
+
+
+def test_usage_errors_show_lists_as_typed_not_as_python_lists():
+    """`--compare=keras,nope` was echoed as `['keras', 'nope']`, a Python list the user never
+    typed (issue #15): list flags read back comma-separated, positionals as on the shell."""
+    known = ", ".join(sorted(bench.CANDIDATES))
+    cases = [
+        (("bench", "--compare=keras,nope,nada"),
+         f"--compare: unknown candidate(s) nope,nada; known: {known}. "
+         "Received: --compare=keras,nope,nada"),
+        (("bench", "--image_size=1,2,3"),
+         "--image_size must be HEIGHT,WIDTH positive integers. Received: --image_size=1,2,3"),
+        (("scan", "a", "b c"), "scan takes one SOURCE. Received: a 'b c'"),
+        (("scan",), "scan takes one SOURCE. Received: none"),
+        (("convert", "only_src"), "convert takes SRC and OUT. Received: only_src"),
+        (("service", "boss", "x"),
+         "service takes one ROLE, 'dispatcher' or 'worker'. Received: boss x"),
+        (("doctor", "extra"), "doctor takes no positional arguments. Received: extra"),
+        (("bench", "extra"), "bench takes no positional arguments. Received: extra"),
+    ]
+    for args, says in cases:
+        code, out, err = run_cli(*args)
+        assert code == 2, (args, out, err)
+        assert err.splitlines()[0] == f"pipeline {args[0]}: error: {says}", (args, err)
+        assert "[" not in err.splitlines()[0].split("Received:")[1], err
+    code, _, err = run_cli("nope")
+    assert code == 2 and err.splitlines()[0] == (
+        "pipeline: error: expected a command, one of bench, scan, convert, service, doctor. "
+        "Received: nope")
 
 
 def test_missing_source_exits_2(tmp_path):
