@@ -260,15 +260,42 @@ def usage_error(message: str) -> app.UsageError:
 
 
 def _check_writable(flag: str) -> None:
-    """Usage error unless the file ``--flag`` names can be written; creates nothing."""
+    """Usage error unless the file ``--flag`` names can be written; creates nothing.
+
+    Every command's output-file flag (``--json_out``) is checked so, before
+    any work, so that a typo fails at once, naming the flag and its value.
+    """
     path = getattr(FLAGS, flag)
+    given = f"Received: --{flag}={path!r}"
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        raise usage_error(f"--{flag} is a folder, not a file. Received: {path!r}")
+        raise usage_error(f"--{flag} is a folder, not a file. {given}")
     if not os.path.isdir(folder):
-        raise usage_error(f"--{flag}: folder {folder!r} does not exist. Received: {path!r}")
+        raise usage_error(f"--{flag}: folder {folder!r} does not exist. {given}")
     if not os.access(path if os.path.exists(path) else folder, os.W_OK):
-        raise usage_error(f"--{flag}: cannot write {path!r} (permission denied)")
+        raise usage_error(f"--{flag}: cannot write {path!r} (permission denied). {given}")
+
+
+def _check_folder(label: str, path: str) -> None:
+    """Usage error unless the local folder ``path`` (named ``label``: ``--flag`` or
+    ``OUT``) exists or can be created; creates nothing. URIs are left to their file
+    system."""
+    if "://" in path:
+        return
+    given = f"Received: {label}={path!r}"
+    full = os.path.abspath(path)
+    if os.path.exists(full) and not os.path.isdir(full):
+        raise usage_error(f"{label} must be a folder (new or existing); {path!r} is a file. "
+                          f"{given}")
+    parent = full
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise usage_error(f"{label}: cannot create folder {path!r}: {parent!r} is a file. "
+                          f"{given}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise usage_error(f"{label}: cannot create or write folder {path!r} in {parent!r} "
+                          f"(permission denied). {given}")
 
 
 class _DropLogLines:
@@ -311,9 +338,15 @@ def _json_safe(obj):
 
 
 def _write_json(path: Optional[str], obj) -> None:
+    """Writes ``obj`` as JSON to ``path`` (``--json_out``; checked before the work by
+    ``_check_writable``): a failure is a usage error naming --json_out."""
     if path:
-        with open(path, "w") as f:
-            json.dump(_json_safe(obj), f, indent=2, default=str, allow_nan=False)
+        try:
+            with open(path, "w") as f:
+                json.dump(_json_safe(obj), f, indent=2, default=str, allow_nan=False)
+        except OSError as e:
+            raise usage_error(f"--json_out: cannot write {path!r} ({e.strerror or e}). "
+                              f"Received: --json_out={path!r}") from None
         print(f"wrote {path}")
 
 
@@ -409,6 +442,10 @@ def cmd_bench(argv: List[str]) -> int:
         _positive("worker_cores")
         if FLAGS.headroom < 1:
             raise usage_error(f"--headroom must be >= 1. Received: {FLAGS.headroom}")
+    if FLAGS.json_out:  # before the runs, not after them
+        _check_writable("json_out")
+    if FLAGS.profile_dir:
+        _check_folder("--profile_dir", FLAGS.profile_dir)
     data_dir = sample.default_data_dir(FLAGS.data_dir, num_images=FLAGS.sample_images,
                                         shared=False)
     logging.info("pipeline bench: data in %s", data_dir)
@@ -545,6 +582,7 @@ def cmd_convert(argv: List[str]) -> int:
     if read.exists(argv[2]) and not read.isdir(argv[2]):
         raise usage_error(f"OUT must be a folder (new or existing); {argv[2]!r} is a file. "
                           f"Received: OUT={argv[2]!r}")
+    _check_folder("OUT", argv[2])
     kw = {k: getattr(FLAGS, k) for k in ("path_column", "label_columns", "root",
                                          "allow_outside_root") if getattr(FLAGS, k)}
     if kw and not manifest_lib.is_manifest(argv[1]):
@@ -601,6 +639,8 @@ def cmd_service(argv: List[str]) -> int:
     role = argv[1] if len(argv) == 2 else None
     _check_port()
     if role == "dispatcher":
+        if FLAGS.work_dir:
+            _check_folder("--work_dir", FLAGS.work_dir)
         _start_server(
             "dispatcher", distribute.run_dispatcher,
             port=5050 if FLAGS.port is None else FLAGS.port,
@@ -649,6 +689,8 @@ def basic_stack() -> dict:
 def cmd_doctor(argv: List[str]) -> int:
     if len(argv) != 1:
         raise usage_error(f"doctor takes no positional arguments. {_received_args(argv)}")
+    if FLAGS.json_out:
+        _check_writable("json_out")
     try:
         import pipeline.stack as stack  # lazily: an optional module
     except ModuleNotFoundError as e:

@@ -681,6 +681,41 @@ def test_scan_with_a_missing_source_creates_no_json_out(tmp_path):
     assert code == 2 and "--json_out: folder" in err
 
 
+def test_output_flags_are_checked_first_naming_the_flag(tmp_path):
+    """`doctor --json_out=/nonexistent/dir/x.json` failed after printing its report, with an
+    error that did not name --json_out (issue #15). Every command's output file or folder is
+    checked before any work: a usage error (exit 2) naming the flag and the value."""
+    from conftest import solid
+    solid(str(tmp_path / "src" / "a" / "0.png"), 1)
+    (tmp_path / "file").write_text("x")
+    missing = str(tmp_path / "no" / "dir" / "x.json")
+    folder = str(tmp_path / "no" / "dir")
+    under_file = str(tmp_path / "file" / "sub")
+    cases = [
+        (("doctor", f"--json_out={missing}"),
+         f"--json_out: folder {folder!r} does not exist. Received: --json_out={missing!r}"),
+        (("bench", f"--json_out={missing}"),
+         f"--json_out: folder {folder!r} does not exist. Received: --json_out={missing!r}"),
+        (("scan", str(tmp_path / "src"), f"--json_out={missing}"),
+         f"--json_out: folder {folder!r} does not exist. Received: --json_out={missing!r}"),
+        (("doctor", f"--json_out={tmp_path}"),
+         f"--json_out is a folder, not a file. Received: --json_out={str(tmp_path)!r}"),
+        (("bench", f"--profile_dir={under_file}", "--profile"),
+         f"--profile_dir: cannot create folder {under_file!r}: "
+         f"{str(tmp_path / 'file')!r} is a file. Received: --profile_dir={under_file!r}"),
+        (("convert", str(tmp_path / "src"), under_file),
+         f"OUT: cannot create folder {under_file!r}: {str(tmp_path / 'file')!r} is a file. "
+         f"Received: OUT={under_file!r}"),
+    ]
+    for args, says in cases:
+        code, out, err = run_cli(*args, "--noprogress") if args[0] != "doctor" else \
+            run_cli(*args)
+        assert code == 2, (args, out, err)
+        assert err.splitlines()[0] == f"pipeline {args[0]}: error: {says}", (args, err)
+        assert out == "", (args, out)  # nothing printed before the error
+    assert not os.path.exists(folder)
+
+
 def test_service_port_errors_name_the_port():
     """A bad or busy port was a 20-line gRPC traceback (exit 1) that did not name --port."""
     import socket
