@@ -8,7 +8,8 @@ package reads absl flags). Commands:
             alternated, medians and spread. With no --data_dir: the built-in
             sample of generated JPEGs. --profile: per-stage costs; --plan: a
             capacity plan (cores and tf.data service workers for a rate).
-            Too few images to time one batch is a usage error.
+            Too few images for 2 timed batches per epoch (each epoch's first
+            batch is not timed) is a usage error.
   scan      one parallel pass over a folder / manifest / path list: counts per
             class and format, sizes, extension mismatches, bad files.
   convert   write TFRecord shards (encoded bytes + label + path), after
@@ -379,22 +380,34 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _too_few_images(num_images: int, data_dir: str) -> str:
-    """Why ``num_images`` images give no figure at --batch_size, and the smallest values that do."""
-    from pipeline import sample
+def _too_few_images(num_images: int, data_dir: Optional[str]) -> str:
+    """Why ``num_images`` images per epoch give no figure at --batch_size, and the values
+    that do (``bench.MIN_TIMED_BATCHES`` timed batches per epoch)."""
+    from pipeline import bench, sample
+    bs = FLAGS.batch_size
+    need = bench.min_images(bs)
     if FLAGS.data_dir is None and not os.environ.get(sample.DATA_DIR_ENV):
-        more = f"--sample_images={FLAGS.batch_size + 1}"
+        more = f"--sample_images={need} (the smallest that works with --batch_size={bs})"
         given = f"--sample_images={FLAGS.sample_images}"
     else:
         source = "--data_dir" if FLAGS.data_dir is not None else f"${sample.DATA_DIR_ENV}"
-        more = f"a {source} with at least {FLAGS.batch_size + 1} images"
+        more = f"a {source} with at least {need} images (the fewest for --batch_size={bs})"
         given = f"{source}={data_dir!r}"
-    smaller = (f"--batch_size={num_images - 1}" if num_images > 1 else
-               "none with one image")
-    return (f"--batch_size={FLAGS.batch_size} with {num_images} images is one batch per epoch, "
-            "and bench times only what comes after each epoch's first batch (images/s, images "
-            "per CPU-second): nothing would be timed. The smallest values that give a figure: "
-            f"{smaller}, or {more}. Received: --batch_size={FLAGS.batch_size}, {given}")
+    fit = bench.max_batch_size(num_images)
+    works = [more] + ([f"--batch_size={fit} or smaller"] if fit else [])
+    timed = bench.timed_batches(num_images, bs)
+    if timed == 0:
+        what = "one batch per epoch"
+        got = "nothing would be timed"
+    else:
+        what = f"{timed + 1} batches per epoch"
+        rest = num_images - bs
+        got = (f"{timed} batch{'es' if timed > 1 else ''} ({rest} image{'s' if rest > 1 else ''}) "
+               "per epoch would be timed")
+    return (f"--batch_size={bs} with {num_images} images is {what}, and bench times only what "
+            "comes after each epoch's first batch (images/s, images per CPU-second): "
+            f"{got}, and a figure needs at least {bench.MIN_TIMED_BATCHES} timed batches per "
+            f"epoch. What works: {', or '.join(works)}. Received: --batch_size={bs}, {given}")
 
 
 @command("bench", f"{PROG} bench [--data_dir=DIR] [--compare=keras,...] [--flags]",
@@ -446,8 +459,18 @@ def cmd_bench(argv: List[str]) -> int:
         _check_writable("json_out")
     if FLAGS.profile_dir:
         _check_folder("--profile_dir", FLAGS.profile_dir)
+    # The peer bench and --plan time each epoch after its first batch (--profile times
+    # its own count of images): too few batches per epoch is refused before any work.
+    timed = not FLAGS.profile
+    if timed and FLAGS.data_dir is None and not os.environ.get(sample.DATA_DIR_ENV) and \
+            bench.timed_batches(FLAGS.sample_images, FLAGS.batch_size) < bench.MIN_TIMED_BATCHES:
+        raise usage_error(_too_few_images(FLAGS.sample_images, None))  # before generating it
     data_dir = sample.default_data_dir(FLAGS.data_dir, num_images=FLAGS.sample_images,
                                         shared=False)
+    from pipeline import index
+    idx = index.index_directory(data_dir)  # a missing --data_dir: the error comes first, alone
+    if timed and bench.timed_batches(len(idx), FLAGS.batch_size) < bench.MIN_TIMED_BATCHES:
+        raise usage_error(_too_few_images(len(idx), data_dir))
     logging.info("pipeline bench: data in %s", data_dir)
     if FLAGS.plan:
         from pipeline import capacity
@@ -473,11 +496,7 @@ def cmd_bench(argv: List[str]) -> int:
         print(report.table())
         _write_json(FLAGS.json_out, report.to_dict())
         return 0
-    from pipeline import index
     from pipeline import report as report_lib
-    idx = index.index_directory(data_dir)
-    if len(idx) <= FLAGS.batch_size:
-        raise usage_error(_too_few_images(len(idx), data_dir))
     print(report_lib.stack_line())
     spec = {"data_dir": data_dir, "image_size": size, "batch_size": FLAGS.batch_size,
             "epochs": FLAGS.epochs, "seed": FLAGS.seed, "num_images": len(idx),
@@ -491,7 +510,7 @@ def cmd_bench(argv: List[str]) -> int:
               file=sys.stderr)
         return 1
     unmeasured = [k for k in BENCH_FIGURES if not _finite(results["pipeline"].get(k))]
-    if unmeasured:  # e.g. --on_error=skip left one batch per epoch: nothing timed
+    if unmeasured:  # e.g. --on_error=skip left too few images per epoch: nothing timed
         per_epoch = results["pipeline"].get("num_images")
         raise usage_error(f"no figure for {', '.join(unmeasured)}: pipeline delivered "
                           f"{per_epoch} of the {len(idx)} images per epoch (the others were "

@@ -524,7 +524,10 @@ def _nan_run(name, n):
 
 
 def test_a_tiny_bench_is_a_usage_error_not_nan(tmp_path, monkeypatch):
-    """`bench --sample_images=4 --batch_size=64` exited 0 printing nan figures."""
+    """`bench --sample_images=4 --batch_size=64` exited 0 printing nan figures; and
+    `--sample_images=65 --batch_size=64` timed one image per epoch, silently (issue #15):
+    fewer than 2 timed batches per epoch (each epoch's first batch is not timed) is a usage
+    error that names the smallest --sample_images (or data) that works."""
     from conftest import solid
     calls = []
     monkeypatch.setattr(bench, "run_candidates", lambda names, spec, **kw: calls.append(spec)
@@ -537,23 +540,80 @@ def test_a_tiny_bench_is_a_usage_error_not_nan(tmp_path, monkeypatch):
     assert err.splitlines()[0] == (
         "pipeline bench: error: --batch_size=64 with 4 images is one batch per epoch, and bench "
         "times only what comes after each epoch's first batch (images/s, images per "
-        "CPU-second): nothing would be timed. The smallest values that give a figure: "
-        "--batch_size=3, or a --data_dir with at least 65 images. Received: --batch_size=64, "
+        "CPU-second): nothing would be timed, and a figure needs at least 2 timed batches per "
+        "epoch. What works: a --data_dir with at least 129 images (the fewest for "
+        "--batch_size=64), or --batch_size=1 or smaller. Received: --batch_size=64, "
         f"--data_dir={str(tmp_path / 'd')!r}")
     assert not re.search(r"\bnan\b", (out + err).lower())
-    # the built-in sample: the flag to raise is --sample_images
+    # one timed batch per epoch (4 images, --batch_size=2: the second batch only)
+    code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=2",
+                             "--compare=", "--noprogress")
+    assert code == 2 and not calls, (out, err)
+    assert err.splitlines()[0].startswith(
+        "pipeline bench: error: --batch_size=2 with 4 images is 2 batches per epoch, and bench "
+        "times only what comes after each epoch's first batch (images/s, images per "
+        "CPU-second): 1 batch (2 images) per epoch would be timed, and a figure needs at "
+        "least 2 timed batches per epoch. What works: a --data_dir with at least 5 images")
+    # the built-in sample: the flag to raise is --sample_images; refused before it is made
     monkeypatch.setenv("PIPELINE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("PIPELINE_DATA_DIR", raising=False)
     code, out, err = run_cli("bench", "--sample_images=4", "--batch_size=64", "--compare=",
                              "--noprogress")
     assert code == 2 and not calls
     assert err.splitlines()[0].endswith(
-        "The smallest values that give a figure: --batch_size=3, or --sample_images=65. "
-        "Received: --batch_size=64, --sample_images=4")
-    # one image more than a batch gives a figure: bench runs
-    code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=3",
+        "What works: --sample_images=129 (the smallest that works with --batch_size=64), or "
+        "--batch_size=1 or smaller. Received: --batch_size=64, --sample_images=4")
+    code, out, err = run_cli("bench", "--sample_images=65", "--batch_size=64", "--compare=",
+                             "--noprogress")
+    assert code == 2 and not calls and out == ""
+    assert err.splitlines()[0] == (
+        "pipeline bench: error: --batch_size=64 with 65 images is 2 batches per epoch, and "
+        "bench times only what comes after each epoch's first batch (images/s, images per "
+        "CPU-second): 1 batch (1 image) per epoch would be timed, and a figure needs at least "
+        "2 timed batches per epoch. What works: --sample_images=129 (the smallest that works "
+        "with --batch_size=64), or --batch_size=32 or smaller. Received: --batch_size=64, "
+        "--sample_images=65")
+    assert not (tmp_path / "cache").exists()  # no sample generated for a refused bench
+    # --plan is refused the same way (its measurement is a bench run)
+    code, out, err = run_cli("bench", "--sample_images=65", "--batch_size=64", "--plan",
+                             "--target_images_per_sec=1000", "--noprogress")
+    assert code == 2 and "--sample_images=129 (the smallest" in err
+    # 2 timed batches per epoch give a figure: bench runs
+    code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=1",
                              "--compare=", "--noprogress", "--repeats=1")
-    assert len(calls) == 1 and calls[0]["batch_size"] == 3
+    assert len(calls) == 1 and calls[0]["batch_size"] == 1
+    assert [bench.timed_batches(n, 64) for n in (64, 65, 128, 129)] == [0, 1, 1, 2]
+    assert (bench.min_images(64), bench.max_batch_size(65), bench.max_batch_size(2)) == \
+        (129, 32, 0)
+
+
+def test_bench_usage_error_comes_first_and_alone(tmp_path, monkeypatch):
+    """`bench --data_dir=/missing` logged "I... pipeline bench: data in /missing" before its
+    error (issue #15): a usage error is the first and only thing bench says."""
+    import logging as std_logging
+    from absl import logging
+    records = []
+    handler = std_logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logging.get_absl_logger().addHandler(handler)
+    monkeypatch.setattr(bench, "run_candidates", lambda *a, **kw: pytest.fail("ran"))
+    try:
+        nope = str(tmp_path / "missing")
+        for args in ((f"--data_dir={nope}",), (f"--data_dir={nope}", "--plan",
+                                                "--target_images_per_sec=10"),
+                     (f"--data_dir={nope}", "--profile")):
+            records.clear()
+            # --verbosity=0: INFO lines shown, as in a fresh `python -m pipeline` (run_cli's
+            # earlier calls in this process may have left absl at WARNING)
+            code, out, err = run_cli("bench", *args, "--noprogress", "--verbosity=0")
+            assert code == 2 and out == "", (args, out, err)
+            assert err.splitlines() == [
+                f"pipeline bench: error: --data_dir does not exist: {nope!r}",
+                "usage: python -m pipeline bench [--data_dir=DIR] [--compare=keras,...] "
+                "[--flags]", "(python -m pipeline bench --help shows the arguments and flags)"]
+            assert records == [], (args, records)
+    finally:
+        logging.get_absl_logger().removeHandler(handler)
 
 
 def test_bench_never_prints_nan_figures(tmp_path, monkeypatch):
@@ -562,7 +622,7 @@ def test_bench_never_prints_nan_figures(tmp_path, monkeypatch):
     from conftest import solid
     monkeypatch.setattr(bench, "run_candidates", lambda names, spec, **kw:
                         {n: _nan_run(n, 2) for n in names})
-    for i in range(8):
+    for i in range(12):
         solid(str(tmp_path / "d" / "a" / f"{i}.png"), i)
     code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=4",
                              "--compare=keras", "--noprogress", "--on_error=skip",
@@ -570,7 +630,7 @@ def test_bench_never_prints_nan_figures(tmp_path, monkeypatch):
     assert code == 2, (out, err)
     assert err.startswith("pipeline bench: error: no figure for images_per_sec, "
                           "steady_images_per_cpu_sec, steady_cpu_cores_used: pipeline "
-                          "delivered 2 of the 8 images per epoch (the others were bad files, "
+                          "delivered 2 of the 12 images per epoch (the others were bad files, "
                           "--on_error=skip), so --batch_size=4 with 2 images is one batch")
     assert not re.search(r"\bnan\b", (out + err).lower()) and not (tmp_path / "b.json").exists()
     # the table and the JSON show a missing figure as "-" / null, never nan
