@@ -145,7 +145,7 @@ def test_manifest_messages(tmp_path):
     from PIL import Image
     Image.new("RGB", (4, 4)).save(tmp_path / "x.png")
     cases = [("path,label\nx.png,0.5\n", "is a fractional number, not an integer class index"),
-             ("path,label\nx.png\n", r"no value in column\(s\) \['label'\]"),
+             ("path,label\nx.png\n", r"line 2: no value in column\(s\) 'label'"),
              ("path,label\nx.png,0,9\n", r"1 more field\(s\) than the header has")]
     for k, (text, msg) in enumerate(cases):
         m = tmp_path / f"m{k}.csv"
