@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from pipeline import assemble
 from pipeline import checks
+from pipeline import config
 from pipeline import sources
 from pipeline import transform
 
@@ -345,6 +346,8 @@ def _check_pos_int(name, v, minimum=1):
     return v
 
 
+@checks.known_keywords(config.FIELDS + ("labels", "class_names", "follow_links"),
+                       config.KERAS_EQUIVALENTS)
 def profile(source, *, num_elements: int = 200, warmup: int = 10,
             target_images_per_sec: Optional[float] = None, model=None, model_steps: int = 5,
             extra_map: Optional[Callable] = None, profile_dir: Optional[str] = None,
@@ -382,6 +385,8 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
         A ``ProfileReport``.
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         ValueError: a bad argument (named, with the value received), options
             given with a dataset, or a dataset not made by ``pipeline``.
     """

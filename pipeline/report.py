@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 import tensorflow as tf
 
 from pipeline import assemble
+from pipeline import checks
 from pipeline import config
 from pipeline import decode as decode_lib
 from pipeline import formats
@@ -200,6 +201,7 @@ def stack_line() -> str:
     return f"stack: TensorFlow {tf.__version__}; {webp}; {tfio}"
 
 
+@checks.known_keywords()
 def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[int] = None,
          follow_links: bool = False, progress: bool = True,
          allow_outside_root: bool = False) -> ScanReport:
@@ -229,6 +231,8 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
         A ``ScanReport``.
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         FileNotFoundError: ``source`` does not exist.
         ValueError: ``source`` holds no image files, or a bad ``max_pixels``.
     """

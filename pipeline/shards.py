@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import inspect
 import json
 import math
 import os
@@ -135,6 +136,13 @@ def check_files(idx: index_lib.Index, on_error: str, max_pixels: Optional[int] =
     return (idx.subset(good) if records else idx), records
 
 
+# The indexers' keywords that write_tfrecords(**index_kw) passes on.
+INDEX_KEYWORDS = tuple(sorted({
+    name for fn in (index_lib.index_directory, index_lib.index_paths, manifest_lib.index_manifest)
+    for name in list(inspect.signature(fn).parameters)[1:]}))
+
+
+@checks.known_keywords(INDEX_KEYWORDS)
 def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                     shuffle: bool = True, seed: int = 0, progress: bool = True,
                     num_workers: Optional[int] = None, on_error: Optional[str] = None,
@@ -192,6 +200,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         files left out ([] when none).
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         ValueError: a bad argument (named, with the value received), or
             ``output_dir`` already holds shards or a ``dataset.json``.
         BadFilesError: with ``on_error="raise"``, a bad file (every bad file
