@@ -100,6 +100,7 @@ def test_usage_errors_exit_2_with_the_usage_line(args, says):
 def test_usage_errors_show_lists_as_typed_not_as_python_lists():
     """`--compare=keras,nope` was echoed as `['keras', 'nope']`, a Python list the user never
     typed (issue #15): list flags read back comma-separated, positionals as on the shell."""
+    from pipeline import candidates  # noqa: F401  registers them, as the command does
     known = ", ".join(sorted(bench.CANDIDATES))
     cases = [
         (("bench", "--compare=keras,nope,nada"),
