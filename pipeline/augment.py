@@ -204,6 +204,8 @@ class Augment:
             ops and the crop resize.
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         ValueError: any argument out of its domain; the message names the
             argument and the value received.
 
@@ -213,6 +215,7 @@ class Augment:
         out = aug(image, tf.constant([1, 2]), output_size=(224, 224))
     """
 
+    @checks.known_keywords(name="Augment")
     def __init__(self, random_resized_crop=None, horizontal_flip: bool = False,
                  vertical_flip: bool = False, rotation: float = 0.0, brightness: float = 0.0,
                  contrast: float = 0.0, saturation: float = 0.0, hue: float = 0.0,

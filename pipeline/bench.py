@@ -42,6 +42,29 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional
 
+# --- what a run can time ----------------------------------------------------
+# Each epoch's first batch is not timed (it holds the epoch's start-up): a run
+# times the batches after it, and needs at least this many per epoch to give
+# a figure worth printing (one timed batch is one sample of a batch's time).
+MIN_TIMED_BATCHES = 2
+
+
+def timed_batches(num_images: int, batch_size: int) -> int:
+    """Batches per epoch that a run times: all but the first (the last may be partial)."""
+    return max(0, -(-num_images // batch_size) - 1)
+
+
+def min_images(batch_size: int) -> int:
+    """The fewest images per epoch that give ``MIN_TIMED_BATCHES`` timed batches."""
+    return MIN_TIMED_BATCHES * batch_size + 1
+
+
+def max_batch_size(num_images: int) -> int:
+    """The largest batch size that gives ``num_images`` images ``MIN_TIMED_BATCHES``
+    timed batches per epoch; 0 when none does."""
+    return max(0, (num_images - 1) // MIN_TIMED_BATCHES)
+
+
 # --- candidates -------------------------------------------------------------
 # Filled by ``register``. The harness knows no candidate by itself:
 # ``pipeline.candidates`` registers the ones built on public APIs (the CLI

@@ -188,8 +188,9 @@ def measure_cost(data_dir: str, image_size: Sequence[int] = (224, 224), batch_si
         ``candidate``).
 
     Raises:
-        ValueError: a bad argument, or fewer files than two batches (no
-            steady state to measure).
+        ValueError: a bad argument, or too few files for 2 timed batches per
+            epoch (``pipeline.bench.min_images(batch_size)``, 2 x
+            ``batch_size`` + 1: each epoch's first batch is not timed).
         RuntimeError: the measuring subprocess failed.
     """
     from pipeline import bench
@@ -207,11 +208,13 @@ def measure_cost(data_dir: str, image_size: Sequence[int] = (224, 224), batch_si
         raise ValueError(f"`on_error` must be 'raise' or 'skip'. "
                          f"{checks.received('on_error', on_error)}")
     idx = index_lib.index_directory(data_dir)
-    if len(idx) < 2 * batch_size:
-        raise ValueError(f"measuring the cost needs at least 2 batches of files (a steady "
-                         f"state after the first batch). Received: {len(idx)} files in "
-                         f"data_dir={sample.data_dir_label(data_dir)!r}, "
-                         f"batch_size={batch_size}")
+    if bench.timed_batches(len(idx), batch_size) < bench.MIN_TIMED_BATCHES:
+        raise ValueError(
+            f"measuring the cost needs at least {bench.MIN_TIMED_BATCHES} timed batches per "
+            "epoch (each epoch's first batch is not timed): at least "
+            f"{bench.min_images(batch_size)} files with batch_size={batch_size}. Received: "
+            f"{len(idx)} files in data_dir={sample.data_dir_label(data_dir)!r}, "
+            f"batch_size={batch_size}")
     name = "pipeline_train" if augment else "pipeline"
     spec = {"data_dir": data_dir, "image_size": size, "batch_size": batch_size,
             "epochs": epochs, "seed": seed, "num_images": len(idx),

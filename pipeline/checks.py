@@ -6,9 +6,12 @@ received, in Keras' form: ``"... Received: image_size=(0, 224)"``.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import numbers
 import os
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -122,3 +125,62 @@ def check_class_names(class_names: Optional[Sequence[str]]) -> Optional[list]:
     if not names:
         raise ValueError(f"`class_names` is empty. {received('class_names', names)}")
     return names
+
+
+def unknown_keywords(function: str, unknown: Iterable[str], valid: Iterable[str],
+                     hints: Optional[Dict[str, str]] = None) -> TypeError:
+    """The ``TypeError`` for keyword arguments ``function`` does not take (Python's
+    convention), naming the function, each unknown keyword and the closest valid name
+    (``difflib.get_close_matches``), or the Keras name's equivalent (``hints``).
+
+    E.g. "from_directory() got an unexpected keyword argument 'batchsize' (did you
+    mean 'batch_size'?)". With no close name for any, the valid names are listed.
+    """
+    valid = sorted(set(valid))
+    hints = hints or {}
+    parts, helped = [], False
+    for k in unknown:
+        close = difflib.get_close_matches(k, valid, n=1, cutoff=0.6)
+        if k in hints:
+            parts.append(f"{k!r} (`{k}` is Keras' name: {hints[k]})")
+            helped = True
+        elif close:
+            parts.append(f"{k!r} (did you mean {close[0]!r}?)")
+            helped = True
+        else:
+            parts.append(repr(k))
+    noun = "an unexpected keyword argument" if len(parts) == 1 else \
+        "unexpected keyword arguments"
+    message = f"{function}() got {noun} {', '.join(parts)}"
+    if not helped:
+        message += f"; its keyword arguments: {', '.join(valid)}"
+    return TypeError(message)
+
+
+def known_keywords(extra: Iterable[str] = (), hints: Optional[Dict[str, str]] = None,
+                   name: Optional[str] = None) -> Callable:
+    """Decorator: a call with a keyword the function does not take raises
+    ``unknown_keywords``' TypeError, naming the function (``name``, default its
+    ``__name__``), the keyword and the closest valid name, before the call.
+
+    Valid keywords: the function's named parameters, plus ``extra`` (the names a
+    ``**kwargs`` passes on, e.g. the image options of a factory's ``**options``).
+    ``inspect.signature`` of the result is the function's own.
+    """
+    extra = tuple(extra)
+
+    def deco(fn):
+        params = inspect.signature(fn).parameters.values()
+        own = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+               and p.name != "self"]
+        valid = frozenset(own) | frozenset(extra)
+        label = name or fn.__name__
+
+        @functools.wraps(fn)
+        def checked(*args, **kwargs):
+            unknown = [k for k in kwargs if k not in valid]
+            if unknown:
+                raise unknown_keywords(label, unknown, valid, hints)
+            return fn(*args, **kwargs)
+        return checked
+    return deco

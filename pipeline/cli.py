@@ -8,7 +8,8 @@ package reads absl flags). Commands:
             alternated, medians and spread. With no --data_dir: the built-in
             sample of generated JPEGs. --profile: per-stage costs; --plan: a
             capacity plan (cores and tf.data service workers for a rate).
-            Too few images to time one batch is a usage error.
+            Too few images for 2 timed batches per epoch (each epoch's first
+            batch is not timed) is a usage error.
   scan      one parallel pass over a folder / manifest / path list: counts per
             class and format, sizes, extension mismatches, bad files.
   convert   write TFRecord shards (encoded bytes + label + path), after
@@ -31,6 +32,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -240,21 +242,71 @@ def user_names(command_name: str, message: str) -> str:
     return message
 
 
+def _as_typed(values: Sequence[str]) -> str:
+    """A list flag's value as the user types it: comma-separated (``a,b``), never a
+    Python list."""
+    return ",".join(str(v) for v in values)
+
+
+def _received_args(argv: Sequence[str]) -> str:
+    """``Received: ...``, the positional arguments after the command (``argv[1:]``) as
+    typed on a shell's command line (quoted where needed), or ``none``."""
+    args = list(argv[1:])
+    return "Received: " + (shlex.join(args) if args else "none")
+
+
 def usage_error(message: str) -> app.UsageError:
     """A usage error (exit status 2)."""
     return app.UsageError(message, exitcode=USAGE_ERROR)
 
 
 def _check_writable(flag: str) -> None:
-    """Usage error unless the file ``--flag`` names can be written; creates nothing."""
+    """Usage error unless the file ``--flag`` names can be written; creates nothing.
+
+    Every command's output-file flag (``--json_out``) is checked so, before
+    any work, so that a typo fails at once, naming the flag and its value.
+    """
     path = getattr(FLAGS, flag)
+    given = f"Received: --{flag}={path!r}"
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        raise usage_error(f"--{flag} is a folder, not a file. Received: {path!r}")
+        raise usage_error(f"--{flag} is a folder, not a file. {given}")
     if not os.path.isdir(folder):
-        raise usage_error(f"--{flag}: folder {folder!r} does not exist. Received: {path!r}")
+        raise usage_error(f"--{flag}: folder {folder!r} does not exist. {given}")
     if not os.access(path if os.path.exists(path) else folder, os.W_OK):
-        raise usage_error(f"--{flag}: cannot write {path!r} (permission denied)")
+        raise usage_error(f"--{flag}: cannot write {path!r} (permission denied). {given}")
+
+
+def _check_folder(label: str, path: str) -> None:
+    """Usage error unless the local folder ``path`` (named ``label``: ``--flag`` or
+    ``OUT``) exists or can be created; creates nothing. URIs are left to their file
+    system."""
+    if "://" in path:
+        return
+    given = f"Received: {label}={path!r}"
+    full = os.path.abspath(path)
+    if os.path.exists(full) and not os.path.isdir(full):
+        raise usage_error(f"{label} must be a folder (new or existing); {path!r} is a file. "
+                          f"{given}")
+    parent = full
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise usage_error(f"{label}: cannot create folder {path!r}: {parent!r} is a file. "
+                          f"{given}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise usage_error(f"{label}: cannot create or write folder {path!r} in {parent!r} "
+                          f"(permission denied). {given}")
+
+
+class _DropLogLines:
+    """A ``logging`` filter that drops the records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def filter(self, record) -> bool:
+        return not record.getMessage().startswith(self.prefix)
 
 
 def _check_port() -> None:
@@ -287,9 +339,15 @@ def _json_safe(obj):
 
 
 def _write_json(path: Optional[str], obj) -> None:
+    """Writes ``obj`` as JSON to ``path`` (``--json_out``; checked before the work by
+    ``_check_writable``): a failure is a usage error naming --json_out."""
     if path:
-        with open(path, "w") as f:
-            json.dump(_json_safe(obj), f, indent=2, default=str, allow_nan=False)
+        try:
+            with open(path, "w") as f:
+                json.dump(_json_safe(obj), f, indent=2, default=str, allow_nan=False)
+        except OSError as e:
+            raise usage_error(f"--json_out: cannot write {path!r} ({e.strerror or e}). "
+                              f"Received: --json_out={path!r}") from None
         print(f"wrote {path}")
 
 
@@ -302,7 +360,8 @@ def _parse_size(values) -> List[int]:
             raise ValueError
     except ValueError:
         raise usage_error(
-            f"--image_size must be HEIGHT,WIDTH positive integers. Received: {values!r}")
+            "--image_size must be HEIGHT,WIDTH positive integers. Received: "
+            f"--image_size={_as_typed(values)}")
     return size
 
 
@@ -321,22 +380,34 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _too_few_images(num_images: int, data_dir: str) -> str:
-    """Why ``num_images`` images give no figure at --batch_size, and the smallest values that do."""
-    from pipeline import sample
+def _too_few_images(num_images: int, data_dir: Optional[str]) -> str:
+    """Why ``num_images`` images per epoch give no figure at --batch_size, and the values
+    that do (``bench.MIN_TIMED_BATCHES`` timed batches per epoch)."""
+    from pipeline import bench, sample
+    bs = FLAGS.batch_size
+    need = bench.min_images(bs)
     if FLAGS.data_dir is None and not os.environ.get(sample.DATA_DIR_ENV):
-        more = f"--sample_images={FLAGS.batch_size + 1}"
+        more = f"--sample_images={need} (the smallest that works with --batch_size={bs})"
         given = f"--sample_images={FLAGS.sample_images}"
     else:
         source = "--data_dir" if FLAGS.data_dir is not None else f"${sample.DATA_DIR_ENV}"
-        more = f"a {source} with at least {FLAGS.batch_size + 1} images"
+        more = f"a {source} with at least {need} images (the fewest for --batch_size={bs})"
         given = f"{source}={data_dir!r}"
-    smaller = (f"--batch_size={num_images - 1}" if num_images > 1 else
-               "none with one image")
-    return (f"--batch_size={FLAGS.batch_size} with {num_images} images is one batch per epoch, "
-            "and bench times only what comes after each epoch's first batch (images/s, images "
-            "per CPU-second): nothing would be timed. The smallest values that give a figure: "
-            f"{smaller}, or {more}. Received: --batch_size={FLAGS.batch_size}, {given}")
+    fit = bench.max_batch_size(num_images)
+    works = [more] + ([f"--batch_size={fit} or smaller"] if fit else [])
+    timed = bench.timed_batches(num_images, bs)
+    if timed == 0:
+        what = "one batch per epoch"
+        got = "nothing would be timed"
+    else:
+        what = f"{timed + 1} batches per epoch"
+        rest = num_images - bs
+        got = (f"{timed} batch{'es' if timed > 1 else ''} ({rest} image{'s' if rest > 1 else ''}) "
+               "per epoch would be timed")
+    return (f"--batch_size={bs} with {num_images} images is {what}, and bench times only what "
+            "comes after each epoch's first batch (images/s, images per CPU-second): "
+            f"{got}, and a figure needs at least {bench.MIN_TIMED_BATCHES} timed batches per "
+            f"epoch. What works: {', or '.join(works)}. Received: --batch_size={bs}, {given}")
 
 
 @command("bench", f"{PROG} bench [--data_dir=DIR] [--compare=keras,...] [--flags]",
@@ -358,7 +429,7 @@ def cmd_bench(argv: List[str]) -> int:
     from pipeline import sample
 
     if len(argv) != 1:
-        raise usage_error(f"bench takes no positional arguments. Received: {argv[1:]!r}")
+        raise usage_error(f"bench takes no positional arguments. {_received_args(argv)}")
     size = _parse_size(FLAGS.image_size)
     for name in ("batch_size", "epochs", "repeats", "sample_images"):
         _positive(name)
@@ -371,8 +442,9 @@ def cmd_bench(argv: List[str]) -> int:
     names = ["pipeline"] + [c for c in FLAGS.compare if c and c != "pipeline"]
     unknown = [c for c in names if c not in bench.CANDIDATES]
     if unknown and not FLAGS.profile:
-        raise usage_error(f"--compare: unknown candidate(s) {unknown}; known: "
-                          f"{sorted(bench.CANDIDATES)}. Received: {FLAGS.compare!r}")
+        raise usage_error(f"--compare: unknown candidate(s) {_as_typed(unknown)}; known: "
+                          f"{', '.join(sorted(bench.CANDIDATES))}. Received: "
+                          f"--compare={_as_typed(FLAGS.compare)}")
     if FLAGS.plan:
         if FLAGS.profile:
             raise usage_error("--plan and --profile are separate reports: give one.")
@@ -383,8 +455,22 @@ def cmd_bench(argv: List[str]) -> int:
         _positive("worker_cores")
         if FLAGS.headroom < 1:
             raise usage_error(f"--headroom must be >= 1. Received: {FLAGS.headroom}")
+    if FLAGS.json_out:  # before the runs, not after them
+        _check_writable("json_out")
+    if FLAGS.profile_dir:
+        _check_folder("--profile_dir", FLAGS.profile_dir)
+    # The peer bench and --plan time each epoch after its first batch (--profile times
+    # its own count of images): too few batches per epoch is refused before any work.
+    timed = not FLAGS.profile
+    if timed and FLAGS.data_dir is None and not os.environ.get(sample.DATA_DIR_ENV) and \
+            bench.timed_batches(FLAGS.sample_images, FLAGS.batch_size) < bench.MIN_TIMED_BATCHES:
+        raise usage_error(_too_few_images(FLAGS.sample_images, None))  # before generating it
     data_dir = sample.default_data_dir(FLAGS.data_dir, num_images=FLAGS.sample_images,
                                         shared=False)
+    from pipeline import index
+    idx = index.index_directory(data_dir)  # a missing --data_dir: the error comes first, alone
+    if timed and bench.timed_batches(len(idx), FLAGS.batch_size) < bench.MIN_TIMED_BATCHES:
+        raise usage_error(_too_few_images(len(idx), data_dir))
     logging.info("pipeline bench: data in %s", data_dir)
     if FLAGS.plan:
         from pipeline import capacity
@@ -410,11 +496,7 @@ def cmd_bench(argv: List[str]) -> int:
         print(report.table())
         _write_json(FLAGS.json_out, report.to_dict())
         return 0
-    from pipeline import index
     from pipeline import report as report_lib
-    idx = index.index_directory(data_dir)
-    if len(idx) <= FLAGS.batch_size:
-        raise usage_error(_too_few_images(len(idx), data_dir))
     print(report_lib.stack_line())
     spec = {"data_dir": data_dir, "image_size": size, "batch_size": FLAGS.batch_size,
             "epochs": FLAGS.epochs, "seed": FLAGS.seed, "num_images": len(idx),
@@ -428,7 +510,7 @@ def cmd_bench(argv: List[str]) -> int:
               file=sys.stderr)
         return 1
     unmeasured = [k for k in BENCH_FIGURES if not _finite(results["pipeline"].get(k))]
-    if unmeasured:  # e.g. --on_error=skip left one batch per epoch: nothing timed
+    if unmeasured:  # e.g. --on_error=skip left too few images per epoch: nothing timed
         per_epoch = results["pipeline"].get("num_images")
         raise usage_error(f"no figure for {', '.join(unmeasured)}: pipeline delivered "
                           f"{per_epoch} of the {len(idx)} images per epoch (the others were "
@@ -478,7 +560,7 @@ def cmd_scan(argv: List[str]) -> int:
     from pipeline import report as report_lib
 
     if len(argv) != 2:
-        raise usage_error(f"scan takes one SOURCE. Received: {argv[1:]!r}")
+        raise usage_error(f"scan takes one SOURCE. {_received_args(argv)}")
     _positive("max_pixels")
     if FLAGS.json_out:  # fail before the scan, not after it (and create nothing yet)
         _check_writable("json_out")
@@ -510,7 +592,7 @@ def cmd_convert(argv: List[str]) -> int:
     from pipeline import read, shards
 
     if len(argv) != 3:
-        raise usage_error(f"convert takes SRC and OUT. Received: {argv[1:]!r}")
+        raise usage_error(f"convert takes SRC and OUT. {_received_args(argv)}")
     _positive("num_shards")
     _positive("num_workers")
     _positive("max_pixels")
@@ -519,12 +601,16 @@ def cmd_convert(argv: List[str]) -> int:
     if read.exists(argv[2]) and not read.isdir(argv[2]):
         raise usage_error(f"OUT must be a folder (new or existing); {argv[2]!r} is a file. "
                           f"Received: OUT={argv[2]!r}")
+    _check_folder("OUT", argv[2])
     kw = {k: getattr(FLAGS, k) for k in ("path_column", "label_columns", "root",
                                          "allow_outside_root") if getattr(FLAGS, k)}
     if kw and not manifest_lib.is_manifest(argv[1]):
         raise usage_error(
             f"{', '.join('--' + k for k in kw)} apply to a manifest SRC (.csv / .jsonl) only; "
             f"SRC is not one. Received: SRC={argv[1]!r}")
+    # The library's warning on fewer shards than asked is said by the line below instead.
+    quiet = _DropLogLines(shards.FEWER_SHARDS)
+    logging.get_absl_logger().addFilter(quiet)
     try:
         meta = shards.write_tfrecords(
             argv[1], argv[2], FLAGS.num_shards, shuffle=FLAGS.shuffle, seed=FLAGS.seed,
@@ -540,12 +626,19 @@ def cmd_convert(argv: List[str]) -> int:
         for r in e.records:
             print(f"  {r.path}: {r.reason}", file=sys.stderr)
         return 1
+    finally:
+        logging.get_absl_logger().removeFilter(quiet)
     skipped = meta["skipped"]
     if skipped:
         print(f"skipped {len(skipped)} bad file{'s' if len(skipped) > 1 else ''} of "
               f"{meta['num_examples'] + len(skipped)} (--on_error=skip):")
         for r in skipped:
             print(f"  {r['path']}: {r['reason']}")
+    if FLAGS.num_shards is not None and len(meta["shards"]) < FLAGS.num_shards:
+        print(f"wrote {len(meta['shards'])} shards, not --num_shards={FLAGS.num_shards}: "
+              f"there are only {meta['num_examples']} files to write"
+              + (f" ({len(skipped)} bad left out)" if skipped else "")
+              + " and a shard holds at least one record (one file per shard)")
     print(json.dumps({k: meta[k] for k in ("num_examples", "class_names", "shards",
                                             "skipped")}))
     return 0
@@ -565,6 +658,8 @@ def cmd_service(argv: List[str]) -> int:
     role = argv[1] if len(argv) == 2 else None
     _check_port()
     if role == "dispatcher":
+        if FLAGS.work_dir:
+            _check_folder("--work_dir", FLAGS.work_dir)
         _start_server(
             "dispatcher", distribute.run_dispatcher,
             port=5050 if FLAGS.port is None else FLAGS.port,
@@ -580,7 +675,8 @@ def cmd_service(argv: List[str]) -> int:
                               worker_address=FLAGS.worker_address,
                               heartbeat_interval_ms=FLAGS.heartbeat_interval_ms)
         return 0
-    raise usage_error(f"service takes one ROLE, 'dispatcher' or 'worker'. Received: {argv[1:]!r}")
+    raise usage_error(f"service takes one ROLE, 'dispatcher' or 'worker'. "
+                      f"{_received_args(argv)}")
 
 
 DOCTOR_PACKAGES = (("tensorflow", "tensorflow"), ("keras", "keras"), ("numpy", "numpy"),
@@ -611,7 +707,9 @@ def basic_stack() -> dict:
          title="print the installed stack (versions, decoders, CPUs)")
 def cmd_doctor(argv: List[str]) -> int:
     if len(argv) != 1:
-        raise usage_error(f"doctor takes no positional arguments. Received: {argv[1:]!r}")
+        raise usage_error(f"doctor takes no positional arguments. {_received_args(argv)}")
+    if FLAGS.json_out:
+        _check_writable("json_out")
     try:
         import pipeline.stack as stack  # lazily: an optional module
     except ModuleNotFoundError as e:
@@ -718,8 +816,8 @@ def main(argv: List[str]) -> int:
     """Runs the command named by ``argv[1]`` (flags already parsed); returns the exit status."""
     name = argv[1] if len(argv) > 1 else None
     if name not in COMMANDS:
-        return _error(None, f"expected a command, one of {list(COMMANDS)}. "
-                            f"Received: {argv[1:]!r}")
+        return _error(None, f"expected a command, one of {', '.join(COMMANDS)}. "
+                            f"{_received_args(argv)}")
     foreign = [f for f, cmds in FLAG_COMMANDS.items() if FLAGS[f].present and name not in cmds]
     if foreign:
         return _error(name, "; ".join(
@@ -754,7 +852,7 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
             sys.exit(0)
         if name not in COMMANDS:
             print(main_help(), file=sys.stderr)
-            sys.exit(_error(None, f"unknown command {name!r}; one of {list(COMMANDS)}"))
+            sys.exit(_error(None, f"unknown command {name!r}; one of {', '.join(COMMANDS)}"))
         print(command_help(name))
         sys.exit(0)
     if _first_positional(head) in COMMANDS:

@@ -304,11 +304,10 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
         ValueError: naming the argument and the value received, for any value
             out of its domain or a combination that cannot work.
     """
-    unknown = sorted(set(kw) - set(FIELDS))
+    unknown = [k for k in kw if k not in FIELDS]
     if unknown:
-        hints = "".join(f" `{k}` is Keras' name: {KERAS_EQUIVALENTS[k]}." for k in unknown
-                        if k in KERAS_EQUIVALENTS)
-        raise TypeError(f"Unknown option(s): {unknown}.{hints} Known options: {sorted(FIELDS)}")
+        raise checks.unknown_keywords(factory or "make_options", unknown, FIELDS,
+                                      KERAS_EQUIVALENTS)
     r = checks.received
     extra = getattr(kw.get("augment"), "factory_options", None)
     if isinstance(kw.get("augment"), Augment) and extra:

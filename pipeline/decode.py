@@ -257,6 +257,38 @@ def exif_orientation(contents, words=None):
     return tf.cond(tf.equal(route, ROUTE_NONE), lambda: tf.constant(1, tf.int32), read)
 
 
+def jpeg_sof_offset(contents, max_segments: int = _F.JPEG_MAX_SEGMENTS):
+    """Byte offset (int64 scalar) of a JPEG's start-of-frame marker, -1 when none.
+
+    Walks the segments after SOI by their lengths, one 4-byte marker + length
+    read per segment (at most ``max_segments``), with the rules of
+    ``formats.variant``: fill bytes (FF FF) and RSTn / TEM markers (no
+    length) are stepped over; a scan (SOS), the end of image, a byte that is
+    not a marker or a length below 2 ends the walk. ``pipeline.scan`` keeps
+    a JPEG's bytes up to its frame header with it, so that segments before it
+    (a large ICC profile, an EXIF thumbnail) do not hide its variant.
+    """
+    size = tf.cast(tf.strings.length(contents), tf.int64)
+    sof = tf.constant(_F.JPEG_SOF, tf.int64)
+
+    def step(k, pos, found):
+        b = bytes_at(contents, pos, 4)
+        marker, length = b[1], 256 * b[2] + b[3]
+        is_ff = tf.equal(b[0], 0xFF)
+        fill = is_ff & tf.equal(marker, 0xFF)
+        no_length = is_ff & (((marker >= 0xD0) & (marker <= 0xD7)) | tf.equal(marker, 0x01))
+        is_sof = is_ff & tf.reduce_any(tf.equal(marker, sof))
+        stop = ~is_ff | tf.equal(marker, 0xD9) | tf.equal(marker, 0xDA) | (
+            ~fill & ~no_length & (length < 2))
+        nxt = tf.where(fill, pos + 1, tf.where(no_length, pos + 2, pos + 2 + length))
+        return (k + 1, tf.where(stop | is_sof, tf.constant(-1, tf.int64), nxt),
+                tf.where(is_sof, pos, found))
+
+    return tf.while_loop(
+        lambda k, pos, found: (k < max_segments) & (pos >= 0) & (pos + 4 <= size) & (found < 0),
+        step, (tf.constant(0), tf.constant(2, tf.int64), tf.constant(-1, tf.int64)))[2]
+
+
 def ifd0_short(contents, tiff, tag: int):
     """(present, value) of a SHORT-valued ``tag`` among the first ``EXIF_ENTRIES``
     entries of IFD0 of the TIFF structure at byte ``tiff`` (TIFF 6.0, section 2:

@@ -46,6 +46,7 @@ from typing import Callable, Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
+from pipeline import checks
 from pipeline import config as config_lib
 from pipeline import stack
 
@@ -190,6 +191,7 @@ def service_transformation(opts: config_lib.ImageOptions):
         job_name=opts.job_name)
 
 
+@checks.known_keywords()
 def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] = None,
                    work_dir: Optional[str] = None, fault_tolerant_mode: bool = False,
                    job_gc_timeout_ms: Optional[int] = None,
@@ -213,6 +215,12 @@ def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] =
 
     Returns:
         The started ``DispatchServer`` (its ``target`` is "grpc://host:port").
+
+    Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
+        RuntimeError: the server cannot start (gRPC's "Could not start ...",
+            e.g. the port is in use).
     """
     _register_tfio_ops(load_tfio)
     kw = {}
@@ -225,13 +233,14 @@ def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] =
         work_dir=work_dir, fault_tolerant_mode=fault_tolerant_mode, **kw)
     server = tf.data.experimental.service.DispatchServer(cfg, start=True)
     logging.info("pipeline: tf.data service dispatcher at %s (workers: %s)", server.target,
-                 worker_addresses or "any")
+                 ", ".join(worker_addresses) if worker_addresses else "any")
     print(f"pipeline: dispatcher listening at {server.target}", flush=True)
     if block:
         server.join()
     return server
 
 
+@checks.known_keywords()
 def run_worker(dispatcher_address: str, port: int = 0,
                worker_address: Optional[str] = None,
                heartbeat_interval_ms: Optional[int] = None,
@@ -255,6 +264,12 @@ def run_worker(dispatcher_address: str, port: int = 0,
 
     Returns:
         The started ``WorkerServer``.
+
+    Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
+        RuntimeError: the server cannot start (gRPC's "Could not start ...",
+            e.g. the port is in use).
     """
     if "://" in dispatcher_address:
         dispatcher_address = dispatcher_address.split("://", 1)[1]

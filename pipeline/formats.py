@@ -16,7 +16,7 @@ hevm, hevs, mif1, msf1) or AVIF (avif, avis).
 from __future__ import annotations
 
 import os
-from typing import Iterable, Optional, Set
+from typing import Callable, Iterable, Optional, Set
 
 FORMATS = ("jpeg", "png", "gif", "bmp", "webp", "tiff", "heif", "avif")
 NAMES = ("JPEG", "PNG", "GIF", "BMP", "WebP", "TIFF", "HEIC/HEIF", "AVIF")
@@ -104,43 +104,88 @@ _BMP_HEADERS = {12: "OS/2 1.x", 40: "v3", 52: "v3+masks", 56: "v3+alpha", 64: "O
                 108: "v4", 124: "v5"}
 
 
-def variant(head: bytes) -> str:
+# JPEG start-of-frame markers (ITU T.81 table B.1: SOF0-3, 5-7, 9-11, 13-15).
+JPEG_SOF = (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF)
+# Segments walked before the start of frame, at most: each is at most 64 KB, so
+# a JPEG's APPn segments (EXIF, ICC profiles split over several APP2 segments,
+# XMP, thumbnails) fit many times over; a file that has more is left unparsed.
+JPEG_MAX_SEGMENTS = 1024
+
+
+def _jpeg_variant(head: bytes, read_at: Optional[Callable[[int, int], bytes]]) -> str:
+    """``variant`` of a JPEG: its segments are walked by their lengths up to the SOF.
+
+    A segment beyond ``head`` is read with ``read_at(offset, size)`` when
+    given (a few bytes per segment, wherever it lies in the file).
+    """
+    def at(pos: int, size: int) -> bytes:
+        if pos + size <= len(head) or read_at is None:
+            return head[pos:pos + size]
+        return read_at(pos, size)
+
+    out, pos, exif = ["JPEG"], 2, False
+    for _ in range(JPEG_MAX_SEGMENTS):
+        seg = at(pos, 20)  # marker, length, and the SOF fields (3 components: 19 bytes)
+        if len(seg) < 4 or seg[0] != 0xFF:
+            break
+        marker = seg[1]
+        if marker == 0xFF:  # a fill byte before the marker
+            pos += 1
+            continue
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # no length (RSTn, TEM)
+            pos += 2
+            continue
+        if marker in (0xD9, 0xDA):  # end of image, or a scan: no frame header before it
+            break
+        length = _be16(seg, 2)
+        if marker == 0xE1 and seg[4:10] == b"Exif\x00\x00":
+            exif = True
+        if marker in JPEG_SOF:
+            out.append({0xC0: "baseline", 0xC1: "extended", 0xC2: "progressive"}.get(
+                marker, "SOF%d" % (marker - 0xC0)))
+            comps = seg[9] if len(seg) > 9 else 0
+            if comps == 1:
+                out.append("gray")
+            elif comps == 4:
+                out.append("CMYK")
+            elif comps == 3 and len(seg) >= 19:
+                h, v = seg[11] >> 4, seg[11] & 15
+                out.append({(1, 1): "4:4:4", (2, 1): "4:2:2", (2, 2): "4:2:0",
+                            (1, 2): "4:4:0", (4, 1): "4:1:1"}.get((h, v), f"{h}x{v}"))
+            break
+        if length < 2:  # corrupt: a segment cannot be shorter than its length field
+            break
+        pos += 2 + length
+    if exif:
+        out.append("EXIF")
+    return " ".join(out)
+
+
+def variant(head: bytes, read_at: Optional[Callable[[int, int], bytes]] = None) -> str:
     """A short description of a file's format variant from its first bytes (4 KB).
 
     E.g. "JPEG baseline 4:2:0 EXIF", "JPEG progressive 4:4:4", "PNG 8-bit
     palette", "BMP 8-bit v3 top-down", "WebP lossless", "WebP animated",
-    "TIFF little-endian", "HEIC/HEIF (heic)". Parses headers only (JPEG
-    markers up to the first SOF, PNG IHDR, BMP info header, WebP chunk).
+    "TIFF little-endian", "HEIC/HEIF (heic)"; "unknown" for bytes of no
+    known format. Parses headers only (JPEG markers up to the first SOF, PNG
+    IHDR, BMP info header, WebP chunk).
+
+    Args:
+        head: the file's first bytes (or all of them).
+        read_at: optional ``f(offset, size) -> bytes`` reading the file at
+            any offset. A JPEG's segments are walked by their lengths up to
+            its start of frame (at most ``JPEG_MAX_SEGMENTS``), so that
+            segments before it (a large ICC profile in APP2, an EXIF
+            thumbnail) do not hide its variant: those beyond ``head`` are
+            read with ``read_at`` (a few bytes each). Without it, a JPEG
+            whose start of frame lies beyond ``head`` is described as
+            "JPEG" (plus "EXIF" when seen).
     """
     fmt = sniff_bytes(head)
     if fmt is None:
         return "unknown"
     if fmt == "jpeg":
-        out, pos, exif = ["JPEG"], 2, False
-        while pos + 4 <= len(head) and head[pos] == 0xFF:
-            marker, length = head[pos + 1], _be16(head, pos + 2)
-            if marker == 0xE1 and head[pos + 4:pos + 10] == b"Exif\x00\x00":
-                exif = True
-            if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD,
-                          0xCE, 0xCF):
-                kind = {0xC0: "baseline", 0xC1: "extended", 0xC2: "progressive"}.get(
-                    marker, "SOF%d" % (marker - 0xC0))
-                out.append(kind)
-                comps = head[pos + 9] if pos + 9 < len(head) else 0
-                if comps == 1:
-                    out.append("gray")
-                elif comps == 4:
-                    out.append("CMYK")
-                elif comps == 3 and pos + 19 <= len(head):
-                    s = [head[pos + 11 + 3 * k] for k in range(3)]
-                    h, v = s[0] >> 4, s[0] & 15
-                    out.append({(1, 1): "4:4:4", (2, 1): "4:2:2", (2, 2): "4:2:0",
-                                (1, 2): "4:4:0", (4, 1): "4:1:1"}.get((h, v), f"{h}x{v}"))
-                break
-            pos += 2 + length
-        if exif:
-            out.append("EXIF")
-        return " ".join(out)
+        return _jpeg_variant(head, read_at)
     if fmt == "png":
         return f"PNG {head[24]}-bit {_PNG_COLOUR.get(head[25], 'colour type %d' % head[25])}" \
             + (" interlaced" if len(head) > 28 and head[28] else "")

@@ -77,6 +77,7 @@ def _describe(element):
     return f"array{a.shape} {a.dtype}"
 
 
+@checks.known_keywords()
 def from_generator(fn, output_signature, num_parallel: int = 1,
                    batch_size: Optional[int] = None, shuffle_buffer_size: int = 0,
                    seed: Optional[int] = None, prefetch: int = 2,
@@ -116,6 +117,8 @@ def from_generator(fn, output_signature, num_parallel: int = 1,
         an infinite dataset: pass ``steps_per_epoch`` to Keras ``fit``.
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         ValueError: a bad argument (named, with the value received).
         tf.errors.InvalidArgumentError: while iterating, an element of the
             wrong structure, shape or dtype; the message names the element

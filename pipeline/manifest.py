@@ -26,7 +26,11 @@ AUTO = "auto"
 
 
 class ManifestError(ValueError):
-    """A manifest row is malformed; the message names the file and the line number."""
+    """A manifest row is malformed; the message names the file and the line number.
+
+    Lines are the file's physical lines counted from 1: a CSV's header is
+    line 1 (a missing column is reported there), its first data row line 2.
+    """
 
 
 def is_manifest(path) -> bool:
@@ -41,8 +45,22 @@ def _open_text(path: str):
     return open(path, newline="", encoding="utf-8-sig")
 
 
+def _names(columns) -> str:
+    """Column names as a message lists them: ``'a', 'b'`` (never a Python list)."""
+    return ", ".join(repr(c) for c in columns) or "none"
+
+
 def _rows(path: str):
-    """Yields (line_number, dict row) from a CSV/TSV (header row) or JSON Lines file."""
+    """Yields (line_number, dict row, header) from a CSV/TSV (header row) or JSON Lines file.
+
+    Line numbers count the file's physical lines from 1: a CSV's header is
+    line 1 and its first data row line 2 (a quoted field that spans lines
+    is numbered by the line it starts on); blank lines are skipped but
+    counted. ``header`` is the CSV's list of column names (None for JSON
+    Lines). A CSV row has the header's keys (None for a missing field) and,
+    when it has more fields than the header, the extra ones under None (as
+    ``csv.DictReader``).
+    """
     lower = path.lower()
     with _open_text(path) as f:
         if lower.endswith(JSONL_EXTENSIONS):
@@ -57,15 +75,27 @@ def _rows(path: str):
                     raise ManifestError(
                         f"{path}, line {line_no}: each line must be a JSON object, "
                         f"got {type(row).__name__}")
-                yield line_no, row
+                yield line_no, row, None
         else:
-            reader = csv.DictReader(f, delimiter="\t" if lower.endswith(".tsv") else ",")
-            if not reader.fieldnames:
-                raise ManifestError(f"{path}, line 1: no header row")
-            for row in reader:
-                if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
+            reader = csv.reader(f, delimiter="\t" if lower.endswith(".tsv") else ",")
+            header = next(reader, None)
+            if not header:
+                raise ManifestError(f"{path}, line 1: no header row (the first line is "
+                                    "empty)" if header is not None else
+                                    f"{path}, line 1: no header row (the file is empty)")
+            while True:
+                start = reader.line_num + 1  # the line this record starts on
+                fields = next(reader, None)
+                if fields is None:
+                    return
+                if not any(v.strip() for v in fields):
                     continue  # blank line
-                yield reader.line_num, row
+                row = dict(zip(header, fields))
+                if len(fields) > len(header):
+                    row[None] = fields[len(header):]
+                for c in header[len(fields):]:
+                    row[c] = None
+                yield start, row, header
 
 
 def _resolve(raw: str, root: str, allow_outside_root: bool, where: str) -> str:
@@ -191,22 +221,35 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
     lines: List[int] = []
     raw_labels: list = []
     weights: Optional[List[float]] = [] if weight_column else None
-    for line_no, row in _rows(manifest):
+    checked_header = False
+    for line_no, row, header in _rows(manifest):
         where = f"{manifest}, line {line_no}"
         if auto_label:
-            label_columns = ["label"] if "label" in row else []
+            label_columns = ["label"] if "label" in (row if header is None else header) else []
             auto_label = False
         needed = [path_column] + label_columns + ([weight_column] if weight_column else [])
-        if None in row:  # csv.DictReader puts fields beyond the header under None
+        if header is not None and not checked_header:
+            # A CSV's columns are its header's: a missing one is the header's fault (line 1).
+            absent = [c for c in needed if c not in header]
+            if absent:
+                raise ManifestError(f"{manifest}, line 1 (the header): missing column(s) "
+                                    f"{_names(absent)}; the header has {_names(header)}")
+            twice = [c for c in dict.fromkeys(needed) if header.count(c) > 1]
+            if twice:
+                raise ManifestError(f"{manifest}, line 1 (the header): column(s) "
+                                    f"{_names(twice)} named more than once")
+            checked_header = True
+        if None in row:  # fields beyond the header
             raise ManifestError(f"{where}: {len(row[None])} more field(s) than the header has "
-                                f"({row[None]!r})")
+                                f"({_names(row[None])})")
         absent = [c for c in needed if c not in row]
         if absent:
-            raise ManifestError(f"{where}: missing column(s) {absent}; the row has "
-                                f"{sorted(k for k in row if k is not None)}")
+            raise ManifestError(f"{where}: missing column(s) {_names(absent)}; the row has "
+                                f"{_names(sorted(k for k in row if k is not None))}")
         empty = [c for c in needed if row[c] is None]
         if empty:
-            raise ManifestError(f"{where}: no value in column(s) {empty} (a short row, or null)")
+            raise ManifestError(f"{where}: no value in column(s) {_names(empty)} (a short row, "
+                                "or null)")
         raw = row[path_column]
         if not isinstance(raw, str):
             raise ManifestError(f"{where}: the path in column {path_column!r} must be a string, "

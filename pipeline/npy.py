@@ -122,6 +122,7 @@ def _decoder(info: NpyInfo):
     return decode
 
 
+@checks.known_keywords()
 def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[int] = None,
                     batch_size: Optional[int] = 32, shuffle_buffer_size: int = 1024,
                     cycle_length: Optional[int] = None, drop_remainder: bool = False,
@@ -153,6 +154,8 @@ def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[in
         Attributes ``file_paths`` (input files) and ``num_rows``.
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         ValueError: a bad argument; a file that is not .npy, pickled (object
             dtype), Fortran-ordered or truncated; row shapes or dtypes that
             disagree between shards; input / label row counts that disagree;

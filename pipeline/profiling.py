@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from pipeline import assemble
 from pipeline import checks
+from pipeline import config
 from pipeline import sources
 from pipeline import transform
 
@@ -39,8 +40,7 @@ ADVICE = {
     "read": ("read dominates: convert the files to TFRecord shards "
              "(pipeline.write_tfrecords) or cache them (cache='memory' or a path); for "
              "remote storage raise num_parallel_calls"),
-    "decode": ("decode dominates: use image_size with resize='crop' to enable "
-               "crop-before-decode / decode at reduced scale, store smaller images, or "
+    "decode": ("decode dominates: store the images at about the size you train at, or "
                "cache decoded, resized images (cache='memory' or a path)"),
     "resize": ("resize dominates: use interpolation='bilinear' or 'nearest' (cheaper than "
                "bicubic, area or lanczos), store pre-resized images, or cache after resize"),
@@ -50,6 +50,26 @@ ADVICE = {
     "batch": ("batch dominates: keep dtype=tf.uint8 (4x fewer bytes than float32) and "
               "convert / normalise on the accelerator"),
 }
+# Added to the decode advice: where the dataset decodes whole JPEGs, what decodes less
+# (``pipeline.assemble.Stages``; every decode is full-scale: no reduced-DCT decoding);
+# where it already decodes only a window, that the decode stage here is a whole decode.
+CROP_ADVICE = ("; or decode less: with resize='crop' or 'center_crop' (or "
+               "Augment(random_resized_crop=True)), a JPEG decodes only its crop window "
+               "(crop-before-decode, fast_jpeg=True, the same pixels)")
+CROPPING_NOTE = ("; the decode stage here times whole decodes, while this dataset decodes "
+                 "only the crop window of JPEGs (crop-before-decode), so its own decode costs "
+                 "less")
+
+
+def decode_advice(opts) -> str:
+    """The decode advice for a dataset's options (``ImageOptions``)."""
+    aug = opts.augment
+    cropping = opts.fast_jpeg and (
+        (opts.image_size is not None and opts.resize in transform.WINDOW_MODES)
+        or (aug is not None and getattr(aug, "random_resized_crop", None) is not None))
+    return ADVICE["decode"] + (CROPPING_NOTE if cropping else CROP_ADVICE)
+
+
 EXTRA_ADVICE = ("{name} dominates: it is your extra map; simplify it, move it after batch "
                 "(vectorised over the batch), or run it on the accelerator in the model")
 
@@ -64,8 +84,11 @@ class StageCost:
         ms_per_image: single-threaded cost of this stage alone, CPU
             milliseconds per image (the difference of consecutive prefixes,
             >= 0).
-        cumulative_ms: single-threaded CPU cost of the prefix ending here,
-            ms/image.
+        cumulative_ms: single-threaded CPU cost of the stages up to and
+            including this one, ms/image: the running sum of ``ms_per_image``,
+            so it never goes down from one stage to the next (each prefix is
+            timed on its own, and a longer prefix can measure cheaper than a
+            shorter one on a noisy machine: that stage then costs 0).
         images_per_sec: throughput of that prefix with the dataset's
             parallelism, images/s.
         share: ms_per_image / the sum over stages, in [0, 1].
@@ -177,6 +200,22 @@ class ProfileReport:
             + f"</tr></thead><tbody>{rows}</tbody></table>"
             + "<p>" + "<br>".join(e(x) for x in self._summary()) + "</p>"
             + "<ul>" + "".join(f"<li>{e(a)}</li>" for a in self.advice) + "</ul></div>")
+
+
+def stage_costs(measured) -> List[StageCost]:
+    """``StageCost``s from the measured prefixes: (name, ms/image of the prefix ending
+    at that stage, images/s), in pipeline order.
+
+    A stage costs the difference from the dearest prefix before it (>= 0); its
+    ``cumulative_ms`` is the running sum of those costs, so that it never goes
+    down (a prefix measured cheaper than a shorter one, timing noise, adds 0).
+    """
+    out, total = [], 0.0
+    for name, prefix_ms, ips in measured:
+        cost = max(prefix_ms - total, 0.0)
+        total += cost
+        out.append(StageCost(name, cost, total, ips))
+    return out
 
 
 # --------------------------------------------------------------- measuring
@@ -307,6 +346,8 @@ def _check_pos_int(name, v, minimum=1):
     return v
 
 
+@checks.known_keywords(config.FIELDS + ("labels", "class_names", "follow_links"),
+                       config.KERAS_EQUIVALENTS)
 def profile(source, *, num_elements: int = 200, warmup: int = 10,
             target_images_per_sec: Optional[float] = None, model=None, model_steps: int = 5,
             extra_map: Optional[Callable] = None, profile_dir: Optional[str] = None,
@@ -344,6 +385,8 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
         A ``ProfileReport``.
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         ValueError: a bad argument (named, with the value received), options
             given with a dataset, or a dataset not made by ``pipeline``.
     """
@@ -451,7 +494,7 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
 
     par = opts.parallelism
     cores = checks.cpu_count()
-    stages, prev = [], 0.0
+    measured = []
     for k, (name, _) in enumerate(stage_fns):
         fn = prefix_fn(k)
         # A file whose decoder fails drops out of the stage timings (they
@@ -467,8 +510,7 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
                                           deterministic=False).ignore_errors(), opts.autotune)
             wall, _, got = _time_reduce(parallel, num_elements, warmup)
             ips = got / wall
-        stages.append(StageCost(name, max(cum - prev, 0.0), cum, ips))
-        prev = max(prev, cum)
+        measured.append((name, cum, ips))
 
     bs = opts.batch_size
     if bs is not None:
@@ -489,8 +531,8 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
                                                                      opts.normalize)))
             wall, _, got = _time_reduce(_parallel(pbatched, opts.autotune), nb, wb)
             ips = got * bs / wall
-        stages.append(StageCost("batch", max(cum - prev, 0.0), cum, ips))
-        prev = max(prev, cum)
+        measured.append(("batch", cum, ips))
+    stages = stage_costs(measured)
     total_ms = sum(s.ms_per_image for s in stages) or 1e-9
     for s in stages:
         s.share = s.ms_per_image / total_ms
@@ -535,7 +577,8 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
     input_bound = None if rate is None else pipeline_ips < rate
 
     advice = []
-    stage_advice = ADVICE.get(bottleneck, EXTRA_ADVICE.format(name=bottleneck))
+    stage_advice = (decode_advice(opts) if bottleneck == "decode" else
+                    ADVICE.get(bottleneck, EXTRA_ADVICE.format(name=bottleneck)))
     share = next(s.share for s in stages if s.name == bottleneck)
     stage_advice = f"{stage_advice} ({100 * share:.0f}% of the single-threaded cost)"
     if input_bound is False:

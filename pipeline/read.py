@@ -220,6 +220,48 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
+class RangeReader:
+    """``reader(offset, size) -> bytes``: reads of one file at any offset, the file
+    opened on the first read and kept open until ``close()`` (or the ``with``
+    block's end). A file that cannot be read gives ``b""`` (never raises); so
+    does a read past its end (fewer bytes near it)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._file = None
+        self.failed = False  # True once a read failed (the file cannot be read)
+
+    def __call__(self, offset: int, size: int) -> bytes:
+        if self.failed:
+            return b""
+        try:
+            if self._file is None:
+                if is_remote(self.path):
+                    ensure_filesystem(self.path)
+                    self._file = tf.io.gfile.GFile(self.path, "rb")
+                else:
+                    self._file = open(self.path, "rb")  # pylint: disable=consider-using-with
+            self._file.seek(offset)
+            return self._file.read(size)
+        except (OSError, tf.errors.OpError, FeatureUnavailableError):
+            self.failed = True
+            return b""
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except (OSError, tf.errors.OpError):
+                pass
+            self._file = None
+
+    def __enter__(self) -> "RangeReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def read_text(path: str) -> str:
     """A text file (UTF-8, a leading BOM dropped)."""
     data = read_bytes(path)

@@ -17,7 +17,9 @@ from typing import Dict, List, Optional
 import tensorflow as tf
 
 from pipeline import assemble
+from pipeline import checks
 from pipeline import config
+from pipeline import decode as decode_lib
 from pipeline import formats
 from pipeline import guard
 from pipeline import index as index_lib
@@ -29,6 +31,26 @@ from pipeline import stack
 # Bucket upper bounds: file sizes in bytes, image sides in pixels.
 BYTE_BUCKETS = (0, 1 << 10, 10 << 10, 100 << 10, 1 << 20, 10 << 20)
 SIDE_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096)
+
+
+# The bytes of each file that scan keeps (its format variant is read from them):
+# the first HEAD_BYTES, or a JPEG's bytes up to its frame header, at most
+# MAX_HEAD_BYTES (beyond, the few bytes needed are read from the file).
+HEAD_BYTES = 4096
+MAX_HEAD_BYTES = 1 << 20
+# ``ScanReport.per_variant``'s rows for files with no format variant, so that
+# every file is counted once.
+UNREADABLE = "unreadable (cannot be read)"
+EMPTY = "empty file (0 bytes)"
+NOT_AN_IMAGE = "not an image (no known format)"
+
+
+def _variant_row(head: bytes, read_at=None) -> str:
+    """The ``per_variant`` row of a file from its first bytes (``formats.variant``)."""
+    if not head:
+        return EMPTY
+    found = formats.variant(head, read_at)
+    return NOT_AN_IMAGE if found == "unknown" else found
 
 
 def _human(b: int) -> str:
@@ -85,7 +107,11 @@ class ScanReport:
         bad_files: list of {"path", "reason"}.
         total_bytes: int, sum of file sizes.
         per_variant: {format variant from the header (``formats.variant``,
-            e.g. "JPEG progressive 4:2:0 EXIF", "BMP 8-bit RLE8 v3"): count}.
+            e.g. "JPEG progressive 4:2:0 EXIF", "BMP 8-bit RLE8 v3"): count};
+            every file is counted once, the counts add up to ``num_files``:
+            a file with no variant is counted under "unreadable (cannot be
+            read)", "empty file (0 bytes)" or "not an image (no known
+            format)".
         left_out: paths the listing left out (not an image extension).
         stack: one line on the optional decoders here (tensorflow-io).
     """
@@ -175,6 +201,7 @@ def stack_line() -> str:
     return f"stack: TensorFlow {tf.__version__}; {webp}; {tfio}"
 
 
+@checks.known_keywords()
 def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[int] = None,
          follow_links: bool = False, progress: bool = True,
          allow_outside_root: bool = False) -> ScanReport:
@@ -183,8 +210,11 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
     Every file is read and decoded with the factories' in-graph decoder
     (``pipeline.decode.Decoder``, header guard included), in parallel
     (``num_parallel_calls``, default 2x the cores); nothing is kept but its
-    shape and its first 4 KB, which give its format variant. A full pass: on
-    the sample photos it reads about as fast as a training epoch decodes.
+    shape and its first 4 KB, which give its format variant (a JPEG's
+    segments are walked by their lengths, so that its bytes up to its frame
+    header are kept when that lies further, e.g. after a large ICC profile
+    or an EXIF thumbnail). A full pass: on the sample photos it reads about
+    as fast as a training epoch decodes.
 
     Args:
         source: a class-folder directory (or a flat folder), a manifest
@@ -201,6 +231,8 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
         A ``ScanReport``.
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         FileNotFoundError: ``source`` does not exist.
         ValueError: ``source`` holds no image files, or a bad ``max_pixels``.
     """
@@ -240,9 +272,18 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
         def load():
             contents = tf.io.read_file(path)
             image, reason = decoder.decode(contents)
-            return tf.shape(image)[:2], reason, tf.strings.substr(contents, 0, 4096)
+            head = tf.strings.substr(contents, tf.constant(0, tf.int64), head_size(contents))
+            return tf.shape(image)[:2], reason, head
         return (k,) + tf.cond(tf.strings.length(pre_error) > 0,
                               lambda: (tf.constant([0, 0]), pre_error, tf.constant(b"")), load)
+
+    def head_size(contents):
+        # The first 4 KB; a JPEG's bytes up to its frame header when that lies further
+        # (after a large ICC profile or EXIF thumbnail), at most MAX_HEAD_BYTES.
+        jpeg = tf.equal(tf.strings.substr(contents, 0, 3), b"\xff\xd8\xff")
+        sof = tf.cond(jpeg, lambda: decode_lib.jpeg_sof_offset(contents),
+                      lambda: tf.constant(-1, tf.int64))
+        return tf.clip_by_value(sof + 20, HEAD_BYTES, MAX_HEAD_BYTES)
 
     ds = tf.data.Dataset.from_tensor_slices((tf.range(len(idx), dtype=tf.int64), idx.paths, pre))
     ds = ds.map(tf.autograph.experimental.do_not_convert(probe),
@@ -254,11 +295,12 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
     o.autotune.enabled = False
     ds = ds.prefetch(16).with_options(o)
 
-    bad, sides, variants, row_fmt = [], collections.Counter(), collections.Counter(), {}
+    bad, sides, row_fmt, row_variant = [], collections.Counter(), {}, {}
 
     def why(k):
         contents, err = read.try_read(idx.paths[k])
         row_fmt[k] = formats.sniff_bytes(contents[:16]) if contents else None
+        row_variant[k] = UNREADABLE if err else _variant_row(contents)
         return guard.diagnose(contents, err, decoder.decode, lambda img: img)
 
     with native_stderr.dropping(native_stderr.TRUNCATED_JPEG):
@@ -267,13 +309,22 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
                                            file=sys.stderr):
             reason = reason.decode("utf-8", "replace")
             row_fmt[int(k)] = formats.sniff_bytes(head) if head else None
-            if head:
-                variants[formats.variant(head)] += 1
+            if len(head) >= MAX_HEAD_BYTES:  # a JPEG's frame header may lie further still
+                with read.RangeReader(idx.paths[int(k)]) as more:
+                    row_variant[int(k)] = _variant_row(head, more)
+            elif head:
+                row_variant[int(k)] = _variant_row(head)
             if reason:
                 bad.append((int(k), reason))
             else:
                 sides[_bucket_label_side(int(max(shape)))] += 1
         bad += [(k, why(k)) for k in range(len(idx)) if k not in row_fmt]
+    for k in range(len(idx)):
+        if k not in row_variant:  # refused before reading (e.g. missing), or empty
+            with read.RangeReader(idx.paths[k]) as more:
+                head = more(0, HEAD_BYTES)
+                row_variant[k] = UNREADABLE if more.failed else _variant_row(head, more)
+    variants = collections.Counter(row_variant.values())
     bad = [{"path": idx.paths[k], "reason": reason} for k, reason in sorted(bad)]
     per_class = {}
     if idx.class_names and idx.label_kind == "int":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import inspect
 import json
 import math
 import os
@@ -20,6 +21,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from pipeline import assemble
 from pipeline import checks
@@ -93,6 +95,19 @@ def _bad_files_message(records, num_files: int, on_error: str) -> str:
     return f"pipeline: {head}. {guard.summarize(records)}"
 
 
+FEWER_SHARDS = "write_tfrecords: wrote fewer shards than asked"
+
+
+def fewer_shards_message(asked: int, num_files: int, num_skipped: int = 0) -> str:
+    """Why ``write_tfrecords`` writes ``num_files`` shards when ``asked`` for more."""
+    files = f"{num_files} file{'s' if num_files != 1 else ''}"
+    left = (f" ({num_skipped} bad file{'s' if num_skipped != 1 else ''} left out)"
+            if num_skipped else "")
+    return (f"{FEWER_SHARDS}: {num_files} instead of num_shards={asked}, since there are "
+            f"only {files} to write{left} and a shard holds at least one record (one file "
+            "per shard).")
+
+
 def check_files(idx: index_lib.Index, on_error: str, max_pixels: Optional[int] = None,
                 progress: bool = True):
     """The files of ``idx`` that the factories would load, by ``on_error``.
@@ -121,6 +136,13 @@ def check_files(idx: index_lib.Index, on_error: str, max_pixels: Optional[int] =
     return (idx.subset(good) if records else idx), records
 
 
+# The indexers' keywords that write_tfrecords(**index_kw) passes on.
+INDEX_KEYWORDS = tuple(sorted({
+    name for fn in (index_lib.index_directory, index_lib.index_paths, manifest_lib.index_manifest)
+    for name in list(inspect.signature(fn).parameters)[1:]}))
+
+
+@checks.known_keywords(INDEX_KEYWORDS)
 def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                     shuffle: bool = True, seed: int = 0, progress: bool = True,
                     num_workers: Optional[int] = None, on_error: Optional[str] = None,
@@ -149,7 +171,9 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             ``pipeline`` factory (its index is written). Local or ``s3://``.
         output_dir: str folder (created) or URI for the shards and ``dataset.json``.
         num_shards: int >= 1, or None for about one shard per 128 MiB
-            (at least 1, at most one per file).
+            (at least 1, at most one per file). More shards than files are
+            not an error: one shard per file is written, and a warning
+            (absl logging) says so.
         shuffle: bool, write the rows in a seeded random order (default True).
         seed: int, the seed of that order.
         progress: bool, show the progress bar.
@@ -176,6 +200,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         files left out ([] when none).
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         ValueError: a bad argument (named, with the value received), or
             ``output_dir`` already holds shards or a ``dataset.json``.
         BadFilesError: with ``on_error="raise"``, a bad file (every bad file
@@ -210,7 +236,9 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     if num_shards is None:
         total = int(idx.sizes().clip(0).sum())
         num_shards = max(1, math.ceil(total / TARGET_SHARD_BYTES))
-    num_shards = min(num_shards, n)
+    if num_shards > n:
+        logging.warning("%s", fewer_shards_message(num_shards, n, len(skipped)))
+        num_shards = n
     tf.io.gfile.makedirs(output_dir)
     kind = idx.label_kind
     workers = num_workers or min(num_shards, 2 * checks.cpu_count())

@@ -41,6 +41,7 @@ from pipeline import manifest as manifest_lib
 from pipeline import shards
 
 
+@checks.known_keywords(config_lib.FIELDS, config_lib.KERAS_EQUIVALENTS)
 def from_directory(directory, labels="inferred", class_names=None, follow_links=False,
                    **options):
     """Images in class folders -> a streaming, batched ``tf.data.Dataset``.
@@ -75,6 +76,8 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
         (list of str, index order).
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         ValueError: a bad argument (the message names it and the value
             received), no images, no class folders, an unknown class name, or
             an empty subset.
@@ -92,6 +95,7 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
     return assemble.build_subsets(idx, opts)
 
 
+@checks.known_keywords(config_lib.FIELDS, config_lib.KERAS_EQUIVALENTS)
 def from_paths(paths, labels=None, class_names=None, **options):
     """A list (or 1-D string tensor) of file paths or URIs -> ``tf.data.Dataset``.
 
@@ -106,6 +110,8 @@ def from_paths(paths, labels=None, class_names=None, **options):
         As ``from_directory``. A missing file is a bad file, met when read.
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         ValueError: a bad argument, empty ``paths``, or labels that do not
             match the paths (the position is named).
     """
@@ -116,6 +122,7 @@ def from_paths(paths, labels=None, class_names=None, **options):
     return assemble.build_subsets(idx, opts)
 
 
+@checks.known_keywords(config_lib.FIELDS, config_lib.KERAS_EQUIVALENTS)
 def from_manifest(manifest, path_column: str = "path", label_columns=None, root=None,
                   weight_column=None, allow_outside_root: bool = False,
                   label_mode=manifest_lib.AUTO, class_names=None, **options):
@@ -161,6 +168,8 @@ def from_manifest(manifest, path_column: str = "path", label_columns=None, root=
         ``weight_column``.
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         FileNotFoundError: the manifest, or a listed local file, is missing (the
             message names the manifest line). With ``on_error="skip"`` a
             missing file is a recorded bad file instead.
@@ -180,6 +189,7 @@ def from_manifest(manifest, path_column: str = "path", label_columns=None, root=
     return assemble.build_subsets(idx, opts)
 
 
+@checks.known_keywords(config_lib.FIELDS, config_lib.KERAS_EQUIVALENTS)
 def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
     """TFRecord shards written by ``write_tfrecords`` -> the same elements as the source.
 
@@ -209,6 +219,8 @@ def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
         puts them in the elements).
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         ValueError: a bad argument, no files, a file not in the sidecar, or
             (given a folder) a shard the sidecar lists missing from it.
         FileNotFoundError: no ``dataset.json`` beside the shards.

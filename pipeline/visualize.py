@@ -26,6 +26,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from pipeline import assemble
+from pipeline import checks
 
 
 def _factory_parts(ds):
@@ -118,6 +119,7 @@ def _displayable(x: np.ndarray) -> np.ndarray:
     return np.clip(x, 0.0, 1.0)
 
 
+@checks.known_keywords()
 def show_batch(ds, num_images: int = 16, *, file_names: Optional[bool] = None,
                class_names: Optional[Sequence[str]] = None, columns: Optional[int] = None,
                seed: Optional[int] = None, figsize: Optional[Tuple[float, float]] = None,
@@ -153,6 +155,8 @@ def show_batch(ds, num_images: int = 16, *, file_names: Optional[bool] = None,
         file's base name on a second line when known.
 
     Raises:
+        TypeError: an unknown keyword argument (the message names it and the
+            closest valid name).
         ValueError: ``num_images`` or ``columns`` not an int >= 1;
             ``file_names=True`` for a dataset without known file paths; ``ds``
             a ``(train, val)`` tuple; no images in ``ds``.

@@ -124,5 +124,6 @@ def test_plan_cli_measures_the_folder_and_plans(tiny_folder, tmp_path):
 
 
 def test_measure_cost_refuses_too_few_files(tiny_folder):
-    with pytest.raises(ValueError, match="at least 2 batches.*Received: 24 files"):
+    with pytest.raises(ValueError, match="at least 2 timed batches per epoch.*at least 33 "
+                       "files with batch_size=16. Received: 24 files"):
         capacity.measure_cost(tiny_folder, batch_size=16)

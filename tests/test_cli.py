@@ -79,7 +79,7 @@ def test_every_flag_belongs_to_a_command():
     (("bench", "--epochs=0"), "--epochs must be > 0"),
     (("bench", "--image_size=1,2,3"), "--image_size"),
     (("bench", "--on_error=ignore"), "--on_error"),
-    (("bench", "--compare=nope"), "--compare: unknown candidate(s) ['nope']"),
+    (("bench", "--compare=nope"), "--compare: unknown candidate(s) nope; known: "),
     (("bench", "extra"), "no positional arguments"),
     (("scan",), "scan takes one SOURCE"),
     (("scan", "a", "b"), "scan takes one SOURCE"),
@@ -95,6 +95,36 @@ def test_usage_errors_exit_2_with_the_usage_line(args, says):
     assert code == 2, (args, out, err)
     assert says in err and "usage: python -m pipeline" in err
     assert "Traceback" not in err and "--heartbeat_interval_ms" not in err
+
+
+def test_usage_errors_show_lists_as_typed_not_as_python_lists():
+    """`--compare=keras,nope` was echoed as `['keras', 'nope']`, a Python list the user never
+    typed (issue #15): list flags read back comma-separated, positionals as on the shell."""
+    from pipeline import candidates  # noqa: F401  registers them, as the command does
+    known = ", ".join(sorted(bench.CANDIDATES))
+    cases = [
+        (("bench", "--compare=keras,nope,nada"),
+         f"--compare: unknown candidate(s) nope,nada; known: {known}. "
+         "Received: --compare=keras,nope,nada"),
+        (("bench", "--image_size=1,2,3"),
+         "--image_size must be HEIGHT,WIDTH positive integers. Received: --image_size=1,2,3"),
+        (("scan", "a", "b c"), "scan takes one SOURCE. Received: a 'b c'"),
+        (("scan",), "scan takes one SOURCE. Received: none"),
+        (("convert", "only_src"), "convert takes SRC and OUT. Received: only_src"),
+        (("service", "boss", "x"),
+         "service takes one ROLE, 'dispatcher' or 'worker'. Received: boss x"),
+        (("doctor", "extra"), "doctor takes no positional arguments. Received: extra"),
+        (("bench", "extra"), "bench takes no positional arguments. Received: extra"),
+    ]
+    for args, says in cases:
+        code, out, err = run_cli(*args)
+        assert code == 2, (args, out, err)
+        assert err.splitlines()[0] == f"pipeline {args[0]}: error: {says}", (args, err)
+        assert "[" not in err.splitlines()[0].split("Received:")[1], err
+    code, _, err = run_cli("nope")
+    assert code == 2 and err.splitlines()[0] == (
+        "pipeline: error: expected a command, one of bench, scan, convert, service, doctor. "
+        "Received: nope")
 
 
 def test_missing_source_exits_2(tmp_path):
@@ -495,7 +525,10 @@ def _nan_run(name, n):
 
 
 def test_a_tiny_bench_is_a_usage_error_not_nan(tmp_path, monkeypatch):
-    """`bench --sample_images=4 --batch_size=64` exited 0 printing nan figures."""
+    """`bench --sample_images=4 --batch_size=64` exited 0 printing nan figures; and
+    `--sample_images=65 --batch_size=64` timed one image per epoch, silently (issue #15):
+    fewer than 2 timed batches per epoch (each epoch's first batch is not timed) is a usage
+    error that names the smallest --sample_images (or data) that works."""
     from conftest import solid
     calls = []
     monkeypatch.setattr(bench, "run_candidates", lambda names, spec, **kw: calls.append(spec)
@@ -508,23 +541,80 @@ def test_a_tiny_bench_is_a_usage_error_not_nan(tmp_path, monkeypatch):
     assert err.splitlines()[0] == (
         "pipeline bench: error: --batch_size=64 with 4 images is one batch per epoch, and bench "
         "times only what comes after each epoch's first batch (images/s, images per "
-        "CPU-second): nothing would be timed. The smallest values that give a figure: "
-        "--batch_size=3, or a --data_dir with at least 65 images. Received: --batch_size=64, "
+        "CPU-second): nothing would be timed, and a figure needs at least 2 timed batches per "
+        "epoch. What works: a --data_dir with at least 129 images (the fewest for "
+        "--batch_size=64), or --batch_size=1 or smaller. Received: --batch_size=64, "
         f"--data_dir={str(tmp_path / 'd')!r}")
     assert not re.search(r"\bnan\b", (out + err).lower())
-    # the built-in sample: the flag to raise is --sample_images
+    # one timed batch per epoch (4 images, --batch_size=2: the second batch only)
+    code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=2",
+                             "--compare=", "--noprogress")
+    assert code == 2 and not calls, (out, err)
+    assert err.splitlines()[0].startswith(
+        "pipeline bench: error: --batch_size=2 with 4 images is 2 batches per epoch, and bench "
+        "times only what comes after each epoch's first batch (images/s, images per "
+        "CPU-second): 1 batch (2 images) per epoch would be timed, and a figure needs at "
+        "least 2 timed batches per epoch. What works: a --data_dir with at least 5 images")
+    # the built-in sample: the flag to raise is --sample_images; refused before it is made
     monkeypatch.setenv("PIPELINE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("PIPELINE_DATA_DIR", raising=False)
     code, out, err = run_cli("bench", "--sample_images=4", "--batch_size=64", "--compare=",
                              "--noprogress")
     assert code == 2 and not calls
     assert err.splitlines()[0].endswith(
-        "The smallest values that give a figure: --batch_size=3, or --sample_images=65. "
-        "Received: --batch_size=64, --sample_images=4")
-    # one image more than a batch gives a figure: bench runs
-    code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=3",
+        "What works: --sample_images=129 (the smallest that works with --batch_size=64), or "
+        "--batch_size=1 or smaller. Received: --batch_size=64, --sample_images=4")
+    code, out, err = run_cli("bench", "--sample_images=65", "--batch_size=64", "--compare=",
+                             "--noprogress")
+    assert code == 2 and not calls and out == ""
+    assert err.splitlines()[0] == (
+        "pipeline bench: error: --batch_size=64 with 65 images is 2 batches per epoch, and "
+        "bench times only what comes after each epoch's first batch (images/s, images per "
+        "CPU-second): 1 batch (1 image) per epoch would be timed, and a figure needs at least "
+        "2 timed batches per epoch. What works: --sample_images=129 (the smallest that works "
+        "with --batch_size=64), or --batch_size=32 or smaller. Received: --batch_size=64, "
+        "--sample_images=65")
+    assert not (tmp_path / "cache").exists()  # no sample generated for a refused bench
+    # --plan is refused the same way (its measurement is a bench run)
+    code, out, err = run_cli("bench", "--sample_images=65", "--batch_size=64", "--plan",
+                             "--target_images_per_sec=1000", "--noprogress")
+    assert code == 2 and "--sample_images=129 (the smallest" in err
+    # 2 timed batches per epoch give a figure: bench runs
+    code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=1",
                              "--compare=", "--noprogress", "--repeats=1")
-    assert len(calls) == 1 and calls[0]["batch_size"] == 3
+    assert len(calls) == 1 and calls[0]["batch_size"] == 1
+    assert [bench.timed_batches(n, 64) for n in (64, 65, 128, 129)] == [0, 1, 1, 2]
+    assert (bench.min_images(64), bench.max_batch_size(65), bench.max_batch_size(2)) == \
+        (129, 32, 0)
+
+
+def test_bench_usage_error_comes_first_and_alone(tmp_path, monkeypatch):
+    """`bench --data_dir=/missing` logged "I... pipeline bench: data in /missing" before its
+    error (issue #15): a usage error is the first and only thing bench says."""
+    import logging as std_logging
+    from absl import logging
+    records = []
+    handler = std_logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logging.get_absl_logger().addHandler(handler)
+    monkeypatch.setattr(bench, "run_candidates", lambda *a, **kw: pytest.fail("ran"))
+    try:
+        nope = str(tmp_path / "missing")
+        for args in ((f"--data_dir={nope}",), (f"--data_dir={nope}", "--plan",
+                                                "--target_images_per_sec=10"),
+                     (f"--data_dir={nope}", "--profile")):
+            records.clear()
+            # --verbosity=0: INFO lines shown, as in a fresh `python -m pipeline` (run_cli's
+            # earlier calls in this process may have left absl at WARNING)
+            code, out, err = run_cli("bench", *args, "--noprogress", "--verbosity=0")
+            assert code == 2 and out == "", (args, out, err)
+            assert err.splitlines() == [
+                f"pipeline bench: error: --data_dir does not exist: {nope!r}",
+                "usage: python -m pipeline bench [--data_dir=DIR] [--compare=keras,...] "
+                "[--flags]", "(python -m pipeline bench --help shows the arguments and flags)"]
+            assert records == [], (args, records)
+    finally:
+        logging.get_absl_logger().removeHandler(handler)
 
 
 def test_bench_never_prints_nan_figures(tmp_path, monkeypatch):
@@ -533,7 +623,7 @@ def test_bench_never_prints_nan_figures(tmp_path, monkeypatch):
     from conftest import solid
     monkeypatch.setattr(bench, "run_candidates", lambda names, spec, **kw:
                         {n: _nan_run(n, 2) for n in names})
-    for i in range(8):
+    for i in range(12):
         solid(str(tmp_path / "d" / "a" / f"{i}.png"), i)
     code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=4",
                              "--compare=keras", "--noprogress", "--on_error=skip",
@@ -541,7 +631,7 @@ def test_bench_never_prints_nan_figures(tmp_path, monkeypatch):
     assert code == 2, (out, err)
     assert err.startswith("pipeline bench: error: no figure for images_per_sec, "
                           "steady_images_per_cpu_sec, steady_cpu_cores_used: pipeline "
-                          "delivered 2 of the 8 images per epoch (the others were bad files, "
+                          "delivered 2 of the 12 images per epoch (the others were bad files, "
                           "--on_error=skip), so --batch_size=4 with 2 images is one batch")
     assert not re.search(r"\bnan\b", (out + err).lower()) and not (tmp_path / "b.json").exists()
     # the table and the JSON show a missing figure as "-" / null, never nan
@@ -650,6 +740,41 @@ def test_scan_with_a_missing_source_creates_no_json_out(tmp_path):
     assert not out_file.exists()
     code, _, err = run_cli("scan", str(tmp_path), f"--json_out={tmp_path}/no/such/dir/x.json")
     assert code == 2 and "--json_out: folder" in err
+
+
+def test_output_flags_are_checked_first_naming_the_flag(tmp_path):
+    """`doctor --json_out=/nonexistent/dir/x.json` failed after printing its report, with an
+    error that did not name --json_out (issue #15). Every command's output file or folder is
+    checked before any work: a usage error (exit 2) naming the flag and the value."""
+    from conftest import solid
+    solid(str(tmp_path / "src" / "a" / "0.png"), 1)
+    (tmp_path / "file").write_text("x")
+    missing = str(tmp_path / "no" / "dir" / "x.json")
+    folder = str(tmp_path / "no" / "dir")
+    under_file = str(tmp_path / "file" / "sub")
+    cases = [
+        (("doctor", f"--json_out={missing}"),
+         f"--json_out: folder {folder!r} does not exist. Received: --json_out={missing!r}"),
+        (("bench", f"--json_out={missing}"),
+         f"--json_out: folder {folder!r} does not exist. Received: --json_out={missing!r}"),
+        (("scan", str(tmp_path / "src"), f"--json_out={missing}"),
+         f"--json_out: folder {folder!r} does not exist. Received: --json_out={missing!r}"),
+        (("doctor", f"--json_out={tmp_path}"),
+         f"--json_out is a folder, not a file. Received: --json_out={str(tmp_path)!r}"),
+        (("bench", f"--profile_dir={under_file}", "--profile"),
+         f"--profile_dir: cannot create folder {under_file!r}: "
+         f"{str(tmp_path / 'file')!r} is a file. Received: --profile_dir={under_file!r}"),
+        (("convert", str(tmp_path / "src"), under_file),
+         f"OUT: cannot create folder {under_file!r}: {str(tmp_path / 'file')!r} is a file. "
+         f"Received: OUT={under_file!r}"),
+    ]
+    for args, says in cases:
+        code, out, err = run_cli(*args, "--noprogress") if args[0] != "doctor" else \
+            run_cli(*args)
+        assert code == 2, (args, out, err)
+        assert err.splitlines()[0] == f"pipeline {args[0]}: error: {says}", (args, err)
+        assert out == "", (args, out)  # nothing printed before the error
+    assert not os.path.exists(folder)
 
 
 def test_service_port_errors_name_the_port():

@@ -108,3 +108,105 @@ def test_scan_lists_format_variants(tmp_path):
 ])
 def test_variant_names(head, want):
     assert formats.variant(head) == want
+
+
+# --- issue 15: a JPEG's start of frame beyond the first 4 KB; every file counted ----
+
+def _with_appn(data: bytes, marker: int, payload_size: int, count: int) -> bytes:
+    """``data`` (a JPEG) with ``count`` APPn segments of ``payload_size`` bytes after SOI."""
+    import struct
+    seg = struct.pack(">BBH", 0xFF, marker, payload_size + 2) + b"\x5a" * payload_size
+    return data[:2] + seg * count + data[2:]
+
+
+def _jpeg_bytes(**kw) -> bytes:
+    """BASE as JPEG bytes. Pillow's output buffer must hold a progressive JPEG's ICC
+    profile (else "Suspension not allowed here"): ``ImageFile.MAXBLOCK`` is raised."""
+    import io
+    from PIL import ImageFile
+    buf, old = io.BytesIO(), ImageFile.MAXBLOCK
+    ImageFile.MAXBLOCK = max(old, 1 << 20)
+    try:
+        Image.fromarray(BASE).save(buf, "JPEG", quality=90, **kw)
+    finally:
+        ImageFile.MAXBLOCK = old
+    return buf.getvalue()
+
+
+def _big_header_jpegs(folder):
+    """Baseline 4:2:0 and progressive 4:4:4 JPEGs whose SOF lies ~100 KB in: a 100 KB ICC
+    profile (Pillow splits it over two APP2 segments), or two inserted 50 KB APP13s."""
+    folder.mkdir(parents=True, exist_ok=True)
+    icc = b"ICCP" * 25_000
+    files = {
+        "icc_base.jpg": (_jpeg_bytes(icc_profile=icc), "JPEG baseline 4:2:0"),
+        "icc_prog.jpg": (_jpeg_bytes(progressive=True, subsampling=0, icc_profile=icc),
+                         "JPEG progressive 4:4:4"),
+        "app13_base.jpg": (_with_appn(_jpeg_bytes(), 0xED, 50_000, 2), "JPEG baseline 4:2:0"),
+        "app13_prog.jpg": (_with_appn(_jpeg_bytes(progressive=True, subsampling=0), 0xED,
+                                      50_000, 2), "JPEG progressive 4:4:4"),
+    }
+    for name, (data, _) in files.items():
+        (folder / name).write_bytes(data)
+    return {name: v for name, (_, v) in files.items()}
+
+
+def test_variant_walks_jpeg_segments_past_the_head(tmp_path):
+    """A JPEG whose SOF came after a large ICC (APP2) segment was listed as plain "JPEG":
+    the segments are walked by their lengths, reading beyond the head with ``read_at``."""
+    from pipeline import read
+    want = _big_header_jpegs(tmp_path)
+    for name, variant in want.items():
+        data = (tmp_path / name).read_bytes()
+        sof = data.find(b"\xff\xc0" if "base" in name else b"\xff\xc2")
+        assert sof > 100_000, (name, sof)
+        head = data[:4096]
+        assert formats.variant(head) == "JPEG"  # the head alone cannot tell
+        assert formats.variant(data) == variant
+        with read.RangeReader(str(tmp_path / name)) as more:
+            assert formats.variant(head, more) == variant, name
+    # an EXIF block beyond the head is seen too
+    exif = Image.Exif()
+    exif[0x0112] = 1
+    data = _with_appn(_jpeg_bytes(exif=exif.tobytes()), 0xEC, 60_000, 1)
+    assert data.find(b"Exif\x00\x00") > 60_000
+    assert formats.variant(data[:4096], lambda o, n: data[o:o + n]) == \
+        "JPEG baseline 4:2:0 EXIF"
+    # a JPEG cut before its frame header: the walk stops at the end of the file
+    cut = _with_appn(_jpeg_bytes(), 0xED, 50_000, 2)[:90_000]
+    assert formats.variant(cut[:4096], lambda o, n: cut[o:o + n]) == "JPEG"
+
+
+def test_scan_names_the_variant_of_a_jpeg_with_a_large_icc_profile(tmp_path):
+    want = _big_header_jpegs(tmp_path / "a")
+    report = pipeline.scan(str(tmp_path), progress=False)
+    assert report.num_ok == 4 and not report.bad_files
+    assert report.per_variant == {"JPEG baseline 4:2:0": 2, "JPEG progressive 4:4:4": 2}, \
+        report.per_variant
+    assert sorted(want.values()) == sorted(
+        v for v, n in report.per_variant.items() for _ in range(n))
+
+
+def test_scan_variant_table_counts_every_file(tmp_path):
+    """The variant table left out files it could not read: its counts did not add up to the
+    file count. Each file is counted once: unreadable, empty and not-an-image rows too."""
+    d = tmp_path / "a"
+    d.mkdir()
+    img = Image.fromarray(BASE)
+    img.save(d / "good.jpg", quality=90)
+    img.save(d / "good.png")
+    data = (d / "good.jpg").read_bytes()
+    (d / "truncated.jpg").write_bytes(data[:len(data) // 2])  # the decoder raises
+    (d / "empty.jpg").write_bytes(b"")
+    (d / "text.png").write_bytes(b"hello, not an image at all")
+    os.symlink(str(d / "gone.jpg"), str(d / "dangling.jpg"))  # cannot be read
+    report = pipeline.scan(str(tmp_path), progress=False)
+    assert report.num_files == 6 and report.num_ok == 2
+    assert sum(report.per_variant.values()) == report.num_files == 6, report.per_variant
+    assert report.per_variant == {
+        "JPEG baseline 4:2:0": 2, "PNG 8-bit RGB": 1, "empty file (0 bytes)": 1,
+        "not an image (no known format)": 1, "unreadable (cannot be read)": 1}, \
+        report.per_variant
+    table = report.table()
+    section = table.split("format variants (from headers)\n", 1)[1].split("\n\n", 1)[0]
+    assert sum(int(line.split()[-1]) for line in section.splitlines()) == 6, table

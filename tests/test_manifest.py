@@ -114,8 +114,10 @@ def test_root_and_outside_root(data, tmp_path):
 
 @pytest.mark.parametrize("content,kwargs,exc,pattern", [
     ("path,label\nimgs/a/f0.png,1\nimgs/b/f1.png\n", {}, ValueError,
-     r"m.csv, line 3: no value in column\(s\) \['label'\]"),
-    ("file,label\nimgs/a/f0.png,1\n", {}, ValueError, r"line 2: missing column\(s\) \['path'\]"),
+     r"m.csv, line 3: no value in column\(s\) 'label' \(a short row"),
+    ("file,label\nimgs/a/f0.png,1\n", {}, ValueError,
+     r"m.csv, line 1 \(the header\): missing column\(s\) 'path'; the header has 'file', "
+     r"'label'$"),
     ("path,label\nimgs/a/f0.png,1\n ,2\n", {}, ValueError, "line 3: empty path"),
     ("path,label\nimgs/a/f0.png,1\nimgs/b/f1.png,abc\n", {"label_mode": "float"}, ValueError,
      r"line 3: cannot parse value 'abc' in column 'label' as a number"),
@@ -131,6 +133,47 @@ def test_errors_name_the_line(data, content, kwargs, exc, pattern):
     (root / "m.csv").write_text(content)
     with pytest.raises(exc, match=pattern):
         pipeline.from_manifest(str(root / "m.csv"), **kwargs, **OPTS)
+
+
+def test_every_error_names_its_physical_line(data):
+    """A CSV whose header is wrong was blamed on line 2, its first data row (issue #15): the
+    header is line 1, the first data row line 2, and a row is numbered by the line it starts
+    on, blank lines and quoted line breaks counted."""
+    root, _ = data
+    m = str(root / "m.csv")
+    cases = [
+        # the header's faults: line 1
+        ("file,label\nimgs/a/f0.png,1\n", {},
+         f"{m}, line 1 (the header): missing column(s) 'path'; the header has 'file', 'label'"),
+        ("path,cls\nimgs/a/f0.png,1\n", {"label_columns": ["cls", "kind"]},
+         f"{m}, line 1 (the header): missing column(s) 'kind'; the header has 'path', 'cls'"),
+        ("path,w\nimgs/a/f0.png,1\n", {"label_columns": "w", "weight_column": "wt"},
+         f"{m}, line 1 (the header): missing column(s) 'wt'; the header has 'path', 'w'"),
+        ("path,label,path\nimgs/a/f0.png,1,x\n", {},
+         f"{m}, line 1 (the header): column(s) 'path' named more than once"),
+        ("\npath,label\n", {}, f"{m}, line 1: no header row (the first line is empty)"),
+        ("", {}, f"{m}, line 1: no header row (the file is empty)"),
+        # a row's faults: the line it starts on
+        ("path,label\nimgs/a/f0.png,1,9\n", {},
+         f"{m}, line 2: 1 more field(s) than the header has ('9')"),
+        ("path,label\nimgs/a/f0.png,1\n\n\nimgs/b/f1.png\n", {},
+         f"{m}, line 5: no value in column(s) 'label' (a short row, or null)"),
+        ('path,label\n"imgs/a/f0.png",1\n"imgs/b/\nf1.png",0\n ,2\n', {},
+         f"{m}, line 5: empty path in column 'path'"),
+        ('path,label\nimgs/a/f0.png,"1\n"\nimgs/b/f1.png,abc\n', {"label_mode": "float"},
+         f"{m}, line 4: cannot parse value 'abc' in column 'label' as a number"),
+    ]
+    for content, kwargs, says in cases:
+        (root / "m.csv").write_text(content)
+        with pytest.raises(ValueError) as e:
+            pipeline.from_manifest(m, **kwargs, **OPTS)
+        assert str(e.value) == says, (content, str(e.value))
+    # JSON Lines has no header: a missing key is the row's fault, on its own line
+    (root / "m.jsonl").write_text('{"path": "imgs/a/f0.png", "label": 1}\n\n{"label": 0}\n')
+    with pytest.raises(ValueError) as e:
+        pipeline.from_manifest(str(root / "m.jsonl"), **OPTS)
+    assert str(e.value) == (f"{root / 'm.jsonl'}, line 3: missing column(s) 'path'; the row has "
+                            "'label'")
 
 
 def test_jsonl_errors(data):

@@ -68,6 +68,72 @@ def test_unknown_option_is_a_type_error(tree):
         pipeline.from_directory(tree, imagesize=(2, 2))
 
 
+def test_an_unknown_keyword_names_the_factory_and_the_closest_name(tree, tmp_path):
+    """`from_directory(path, batchsize=32)` was a bare TypeError (issue #15); still a TypeError
+    (Python's convention), naming the function, the keyword and the closest valid name,
+    whether that is an image option, the factory's own argument or, with no **options,
+    a plain parameter."""
+    from pipeline import config
+    cases = [
+        (lambda: pipeline.from_directory(tree, batchsize=32),
+         "from_directory() got an unexpected keyword argument 'batchsize' (did you mean "
+         "'batch_size'?)"),
+        (lambda: pipeline.from_directory(tree, class_name=["a"]),
+         "from_directory() got an unexpected keyword argument 'class_name' (did you mean "
+         "'class_names'?)"),
+        (lambda: pipeline.from_paths([tree], imagesize=8, lables=[0]),
+         "from_paths() got unexpected keyword arguments 'imagesize' (did you mean "
+         "'image_size'?), 'lables' (did you mean 'labels'?)"),
+        (lambda: pipeline.from_manifest("m.csv", label_column="y"),
+         "from_manifest() got an unexpected keyword argument 'label_column' (did you mean "
+         "'label_columns'?)"),
+        (lambda: pipeline.from_tfrecords(str(tmp_path), suffle=False),
+         "from_tfrecords() got an unexpected keyword argument 'suffle' (did you mean "
+         "'shuffle'?)"),
+        (lambda: pipeline.from_npy_shards("x_*.npy", batchsize=4),
+         "from_npy_shards() got an unexpected keyword argument 'batchsize' (did you mean "
+         "'batch_size'?)"),
+        (lambda: pipeline.from_generator(lambda: iter([]), None, num_paralel=2),
+         "from_generator() got an unexpected keyword argument 'num_paralel' (did you mean "
+         "'num_parallel'?)"),
+        (lambda: pipeline.write_tfrecords(tree, str(tmp_path / "o"), num_shard=2),
+         "write_tfrecords() got an unexpected keyword argument 'num_shard' (did you mean "
+         "'num_shards'?)"),
+        (lambda: pipeline.write_tfrecords(tree, str(tmp_path / "o"), path_colum="p"),
+         "write_tfrecords() got an unexpected keyword argument 'path_colum' (did you mean "
+         "'path_column'?)"),
+        (lambda: pipeline.scan(tree, max_pixel=10),
+         "scan() got an unexpected keyword argument 'max_pixel' (did you mean 'max_pixels'?)"),
+        (lambda: pipeline.profile(tree, num_element=10),
+         "profile() got an unexpected keyword argument 'num_element' (did you mean "
+         "'num_elements'?)"),
+        (lambda: pipeline.Augment(rotate=10),
+         "Augment() got an unexpected keyword argument 'rotate' (did you mean 'rotation'?)"),
+        (lambda: pipeline.from_directory(tree, color_mode="grayscale"),
+         "from_directory() got an unexpected keyword argument 'color_mode' (`color_mode` is "
+         "Keras' name: use channels=1 (grayscale), 3 (rgb) or 4 (rgba))"),
+    ]
+    for call, says in cases:
+        with pytest.raises(TypeError) as e:
+            call()
+        assert str(e.value) == says
+    # no close name: the valid ones are listed
+    with pytest.raises(TypeError) as e:
+        pipeline.from_npy_shards("x_*.npy", qqq=1)
+    assert str(e.value) == (
+        "from_npy_shards() got an unexpected keyword argument 'qqq'; its keyword arguments: "
+        "batch_size, cycle_length, deterministic, drop_remainder, inputs, labels, "
+        "num_parallel_calls, prefetch, seed, shuffle, shuffle_buffer_size")
+    # make_options (the factories' one check of their options) says the same
+    with pytest.raises(TypeError, match=r"^from_paths\(\) got an unexpected keyword argument "
+                                        r"'batchsize' \(did you mean 'batch_size'\?\)$"):
+        config.make_options("from_paths", batchsize=2)
+    # the signatures the reference shows are the functions' own
+    import inspect
+    assert str(inspect.signature(pipeline.from_directory)) == (
+        "(directory, labels='inferred', class_names=None, follow_links=False, **options)")
+
+
 def test_missing_directory_is_named(tmp_path):
     missing = str(tmp_path / "nope")
     with pytest.raises(FileNotFoundError) as e:
@@ -145,7 +211,7 @@ def test_manifest_messages(tmp_path):
     from PIL import Image
     Image.new("RGB", (4, 4)).save(tmp_path / "x.png")
     cases = [("path,label\nx.png,0.5\n", "is a fractional number, not an integer class index"),
-             ("path,label\nx.png\n", r"no value in column\(s\) \['label'\]"),
+             ("path,label\nx.png\n", r"line 2: no value in column\(s\) 'label'"),
              ("path,label\nx.png,0,9\n", r"1 more field\(s\) than the header has")]
     for k, (text, msg) in enumerate(cases):
         m = tmp_path / f"m{k}.csv"

@@ -116,4 +116,53 @@ def test_bad_sources(jpeg_dir):
     ds = pipeline.from_directory(str(jpeg_dir), image_size=(16, 16))
     with pytest.raises(ValueError, match="taken from the dataset"):
         pipeline.profile(ds, image_size=(8, 8))
-    assert profile_lib.ProfileReport is pipeline.profile.__globals__["ProfileReport"]
+    import inspect  # profile is wrapped (checks.known_keywords): its own globals
+    assert profile_lib.ProfileReport is inspect.unwrap(pipeline.profile).__globals__[
+        "ProfileReport"]
+
+
+def test_cumulative_ms_never_goes_down():
+    """`cum ms` went down from one row to the next (issue #15): each prefix is timed on its
+    own, and a longer one measured cheaper than a shorter one on a noisy machine."""
+    measured = [("read", 0.05, 1e4), ("decode", 1.50, 900.0), ("resize", 1.40, 850.0),
+                ("augment", 1.70, 800.0), ("batch", 1.65, 790.0)]
+    stages = profile_lib.stage_costs(measured)
+    assert [s.name for s in stages] == ["read", "decode", "resize", "augment", "batch"]
+    assert [round(s.ms_per_image, 6) for s in stages] == [0.05, 1.45, 0.0, 0.2, 0.0]
+    assert [round(s.cumulative_ms, 6) for s in stages] == [0.05, 1.5, 1.5, 1.7, 1.7]
+    assert [s.images_per_sec for s in stages] == [1e4, 900.0, 850.0, 800.0, 790.0]
+    cum = [s.cumulative_ms for s in stages]
+    assert cum == sorted(cum)
+    assert cum[-1] == pytest.approx(sum(s.ms_per_image for s in stages))
+    # the table's column says the same
+    report = profile_lib.ProfileReport(
+        stages=stages, bottleneck="decode", pipeline_images_per_sec=700.0,
+        pipeline_images_per_cpu_sec=600.0, first_batch_sec=0.5,
+        single_thread_images_per_sec=588.0, cores=2, parallelism=4,
+        consumer_images_per_sec=None, consumer=None, input_bound=None, advice=[],
+        num_elements=8, batch_size=4, image_size=(8, 8))
+    rows = report.table().splitlines()[2:7]
+    assert [float(r.split()[3]) for r in rows] == [0.05, 1.5, 1.5, 1.7, 1.7]
+
+
+def test_decode_advice_says_what_the_decoder_does():
+    """The advice suggested decoding "at reduced scale" (reduced-DCT decoding), which the
+    decoder does not do: it names crop-before-decode, and only where it would apply."""
+    from pipeline import config
+    plain = profile_lib.decode_advice(config.make_options("from_directory",
+                                                          image_size=(32, 32)))
+    crop = profile_lib.decode_advice(config.make_options("from_directory", image_size=(32, 32),
+                                                         resize="crop"))
+    rrc = profile_lib.decode_advice(config.make_options(
+        "from_directory", image_size=(32, 32),
+        augment=pipeline.Augment(random_resized_crop=True)))
+    off = profile_lib.decode_advice(config.make_options("from_directory", image_size=(32, 32),
+                                                        resize="center_crop", fast_jpeg=False))
+    for text in (plain, crop, rrc, off):
+        assert "reduced" not in text and "DCT" not in text and "scale" not in text, text
+        assert text.startswith("decode dominates: store the images at about the size")
+    assert "with resize='crop' or 'center_crop'" in plain and "crop-before-decode" in plain
+    assert "with resize='crop' or 'center_crop'" in off
+    for text in (crop, rrc):
+        assert "this dataset decodes only the crop window of JPEGs" in text
+        assert "with resize='crop'" not in text

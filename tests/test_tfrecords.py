@@ -296,3 +296,53 @@ def test_convert_cli_on_error(folder, tmp_path):
     assert "header claims 6x5 pixels > max_pixels=29" in err
     code, _, err = run_cli("convert", folder, str(tmp_path / "y"), "--on_error=ignore")
     assert code == 2 and "--on_error must be 'raise' or 'skip'. Received: 'ignore'" in err
+
+
+class _Records:
+    """Collects the messages logged through absl's logger while in a ``with`` block."""
+
+    def __enter__(self):
+        import logging as std_logging
+        from absl import logging
+        self.messages = []
+        self.handler = std_logging.Handler()
+        self.handler.emit = lambda record: self.messages.append(
+            (record.levelname, record.getMessage()))
+        logging.get_absl_logger().addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        from absl import logging
+        logging.get_absl_logger().removeHandler(self.handler)
+
+
+def test_more_shards_than_files_warns_and_writes_one_per_file(folder, tmp_path):
+    """num_shards above the file count wrote one shard per file, silently (issue #15)."""
+    with _Records() as logged:
+        meta = pipeline.write_tfrecords(folder, str(tmp_path / "r"), num_shards=20,
+                                        progress=False)
+    assert len(meta["shards"]) == 9 and meta["num_examples"] == 9
+    assert [s["num_examples"] for s in meta["shards"]] == [1] * 9
+    assert logged.messages == [(
+        "WARNING", "write_tfrecords: wrote fewer shards than asked: 9 instead of "
+        "num_shards=20, since there are only 9 files to write and a shard holds at least "
+        "one record (one file per shard).")]
+    with _Records() as logged:  # as many shards as files, or fewer: nothing to say
+        pipeline.write_tfrecords(folder, str(tmp_path / "s"), num_shards=9, progress=False)
+    assert logged.messages == []
+
+
+def test_convert_says_it_wrote_fewer_shards_than_asked(folder, tmp_path):
+    from conftest import run_cli
+    with _Records() as logged:
+        code, out, err = run_cli("convert", folder, str(tmp_path / "r"), "--num_shards=20",
+                                 "--noprogress")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[-2] == ("wrote 9 shards, not --num_shards=20: there are only 9 files to "
+                         "write and a shard holds at least one record (one file per shard)")
+    assert len(json.loads(lines[-1])["shards"]) == 9
+    assert logged.messages == []  # the line above says it, once
+    code, out, err = run_cli("convert", folder, str(tmp_path / "s"), "--num_shards=9",
+                             "--noprogress")
+    assert code == 0 and "fewer" not in out and "not --num_shards" not in out
