@@ -18,21 +18,15 @@ from typing import List, Optional, Sequence
 from pipeline import checks
 from pipeline import index as index_lib
 from pipeline import read
+# defined in checks, which imports no TensorFlow (the command line reads them first)
+from pipeline.checks import JSONL_EXTENSIONS, MANIFEST_EXTENSIONS, is_manifest  # noqa: F401
 
-JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")
-MANIFEST_EXTENSIONS = (".csv", ".tsv") + JSONL_EXTENSIONS
 MANIFEST_LABEL_MODES = ("int", "categorical", "binary", "multi_hot", "float", None)
 AUTO = "auto"
 
 
 class ManifestError(ValueError):
     """A manifest row is malformed; the message names the file and the line number."""
-
-
-def is_manifest(path) -> bool:
-    """True when ``path`` names a file with a manifest extension (.csv, .tsv, .jsonl, .json)."""
-    return isinstance(path, (str, os.PathLike)) and os.fspath(path).lower().endswith(
-        MANIFEST_EXTENSIONS)
 
 
 def _open_text(path: str):

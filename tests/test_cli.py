@@ -693,3 +693,62 @@ def test_a_failed_candidates_reason_is_its_last_lines_without_tensorflow_start_u
     assert "oneDNN" not in tail and "InitializeLog" not in tail
     short = bench.error_tail(stderr, max_chars=80)
     assert short == "InvalidArgumentError: pipeline: cannot load file /d/bad.jpg (truncated JPEG)"
+
+
+# --- issue 15 (second pass): usage errors before TensorFlow loads ---------------------
+
+_USAGE_ERRORS = """
+import contextlib, io, json, sys
+from absl import flags
+from pipeline import cli
+out = []
+for args in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    code = None
+    try:
+        with contextlib.redirect_stderr(err):
+            cli.run(["pipeline"] + args)
+    except SystemExit as e:
+        code = e.code
+    flags.FLAGS.unparse_flags()
+    out.append([code, err.getvalue().splitlines()[0], "tensorflow" in sys.modules])
+print(json.dumps(out))
+"""
+
+
+def test_usage_errors_that_argv_settles_come_before_tensorflow_loads():
+    """Found by a fresh-eyes user: `python -m pipeline scan` (no SOURCE) waited ~3 s for
+    `import tensorflow` before saying so."""
+    cases = [
+        (["scan"], "pipeline scan: error: scan takes one SOURCE. Received: []"),
+        (["nope"], "pipeline: error: expected a command, one of ['bench', 'scan', 'convert', "
+                   "'service', 'doctor']. Received: ['nope']"),
+        (["scan", "d", "--num_shards=3"],
+         "pipeline scan: error: --num_shards is not a flag of scan (it belongs to convert)"),
+        (["service", "dispatcher", "--port=-1"],
+         "pipeline service: error: --port must be 0-65535. Received: -1"),
+        (["service", "worker"],
+         "pipeline service: error: service worker needs --dispatcher_address=HOST:PORT"),
+        (["bench", "--epochs=0"], "pipeline bench: error: --epochs must be > 0. Received: 0"),
+        (["bench", "--batch_size=abc"], "pipeline bench: error: flag --batch_size=abc: invalid "
+                                        "literal for int() with base 10: 'abc'"),
+        (["convert", "a.txt", "out", "--path_column=p"],
+         "pipeline convert: error: --path_column apply to a manifest SRC (.csv / .jsonl) only; "
+         "SRC is not one. Received: SRC='a.txt'"),
+        (["doctor", "x"], "pipeline doctor: error: doctor takes no positional arguments. "
+                          "Received: ['x']"),
+    ]
+    import json
+    proc = subprocess.run([sys.executable, "-c", _USAGE_ERRORS, json.dumps([a for a, _ in cases])],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)
+    assert got == [[2, says, False] for _, says in cases]
+    # --compare is checked against the registry, which imports no TensorFlow either
+    proc = subprocess.run([sys.executable, "-c", _USAGE_ERRORS, '[["bench", "--compare=zz"]]'],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+    code, says, loaded = json.loads(proc.stdout)[0]
+    assert (code, loaded) == (2, False) and says.startswith(
+        "pipeline bench: error: --compare: unknown candidate(s) ['zz']; known: ['decode_limit',")
