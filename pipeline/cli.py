@@ -827,9 +827,9 @@ def _import_tensorflow() -> None:
 
     Help (``--help``, ``CMD --help``) and the usage errors that argv alone
     settles never call this: they import no TensorFlow. TensorFlow 2.21 writes
-    its start-up lines twice while it loads (``pipeline.native_stderr``); the
-    repeats are dropped.
+    its start-up lines twice while it loads; the repeats are dropped, and
+    ``bench``'s candidate processes drop the lines shown here
+    (``pipeline.native_stderr.import_tensorflow``).
     """
     from pipeline import native_stderr
-    with native_stderr.dropping_repeats():
-        import tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    native_stderr.import_tensorflow()
