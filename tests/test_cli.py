@@ -703,13 +703,15 @@ import importlib.abc, os, sys, time
 
 class _Hook(importlib.abc.MetaPathFinder):
     """At `import tensorflow`, writes a start-up line to descriptor 2 as TensorFlow 2.21 does
-    (whatever TF_CPP_MIN_LOG_LEVEL says), with this process's time stamp and id."""
+    (whatever TF_CPP_MIN_LOG_LEVEL says; $FAKE_STARTUP_COPIES times, 2.21 writes it twice),
+    with this process's time stamp and id."""
 
     def find_spec(self, name, path=None, target=None):
         if name == "tensorflow":
             sys.meta_path.remove(self)
-            os.write(2, b"I0000 00:00:%.6f %7d port.cc:153] fake start-up line\\n"
-                     % (time.time(), os.getpid()))
+            for _ in range(int(os.environ.get("FAKE_STARTUP_COPIES", "1"))):
+                os.write(2, b"I0000 00:00:%.6f %7d port.cc:153] fake start-up line\\n"
+                         % (time.time(), os.getpid()))
             with open(os.environ["FAKE_STARTUP_LOG"], "a") as f:
                 f.write("%d\\n" % os.getpid())
         return None
@@ -740,6 +742,21 @@ def test_bench_shows_tensorflow_start_up_lines_once(tmp_path):
     assert len(log.read_text().split()) == 3  # bench itself and two candidate runs
     assert r.stderr.count("fake start-up line") == 1, r.stderr
     assert "pipeline images/s" in r.stdout
+
+
+def test_tensorflow_loaded_through_pipeline_shows_its_start_up_lines_once(tmp_path):
+    """`import pipeline` then a public name: TensorFlow loads through pipeline (as in the
+    notebooks), and a start-up line it writes twice (TensorFlow 2.21) shows once."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_FAKE_STARTUP)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, str(hook)]),
+               FAKE_STARTUP_LOG=str(tmp_path / "imports.log"), FAKE_STARTUP_COPIES="2")
+    r = subprocess.run([sys.executable, "-c", "import pipeline\npipeline.from_directory\n"
+                        "import tensorflow\nprint('ok')"], capture_output=True, text=True,
+                       timeout=300, cwd=REPO, env=env)
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr[-2000:]
+    assert r.stderr.count("fake start-up line") == 1, r.stderr
 
 
 def test_dropping_repeats_drops_the_lines_a_parent_showed(capfd, monkeypatch):
