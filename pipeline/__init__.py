@@ -9,7 +9,8 @@ factories ``from_directory``, ``from_paths``, ``from_manifest``,
 ``import pipeline`` does not import TensorFlow: each public name loads its
 module (and TensorFlow) the first time it is used, so that
 ``python -m pipeline --help`` answers without TensorFlow's start-up cost and
-lines.
+lines. Imported that way, TensorFlow's start-up lines show once
+(``pipeline.native_stderr.import_tensorflow``).
 """
 
 import importlib as _importlib
@@ -58,7 +59,15 @@ __all__ = ["from_directory", "from_paths", "from_manifest", "from_npy_shards",
 
 
 def __getattr__(name):
-    """Loads a public name's module on first use (PEP 562)."""
+    """Loads a public name's module on first use (PEP 562).
+
+    TensorFlow, which every such module imports, is imported first through
+    ``native_stderr.import_tensorflow``: its start-up lines show once (TensorFlow
+    2.21 writes them twice), and ``bench``'s candidate processes leave out the
+    ones shown here.
+    """
+    if name in _EXPORTS or name in _SUBMODULES:
+        _native_stderr.import_tensorflow()  # a no-op once TensorFlow is imported
     if name in _EXPORTS:
         value = getattr(_importlib.import_module(_EXPORTS[name]), name)
     elif name in _SUBMODULES:

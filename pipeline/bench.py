@@ -215,7 +215,11 @@ def run_candidate(spec: dict, timeout: Optional[float] = None, progress: bool = 
     Raises:
         RuntimeError: the subprocess failed (its stderr tail is included).
     """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+    from pipeline import native_stderr
+    # The child drops the TensorFlow start-up lines this process has shown
+    # (TensorFlow 2.21 writes them whatever the log level): once per bench run.
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1",
+               **native_stderr.startup_env())
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     first = [repo] + [d for d in _module_dirs([spec["name"]]) if d != repo]
     env["PYTHONPATH"] = os.pathsep.join(
@@ -536,8 +540,9 @@ def _worker(spec_json: str) -> None:
     spec = json.loads(spec_json)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from pipeline import native_stderr
-    with native_stderr.dropping_repeats():  # TensorFlow 2.21 logs its start-up lines twice
-        import tensorflow as tf  # noqa: F401  (import cost is not measured)
+    # TensorFlow 2.21 logs its start-up lines twice, and the parent has shown them
+    # already: each shows once per bench run (the import cost is not measured).
+    native_stderr.import_tensorflow()
     for mod in [spec["module"]] if spec.get("module") else []:
         importlib.import_module(mod)  # registers the candidate in this process
     for mod in spec.get("imports", []):

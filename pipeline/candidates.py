@@ -48,11 +48,15 @@ from __future__ import annotations
 import time
 
 from pipeline import bench
-from pipeline import config as config_lib
-from pipeline import index as index_lib
+from pipeline import checks
+
+# Importing this module imports no TensorFlow (each factory imports what it
+# uses), so that the command line checks ``--compare`` against the registry
+# before TensorFlow loads.
 
 
 def _index(spec):
+    from pipeline import index as index_lib
     idx = index_lib.index_directory(spec["data_dir"])
     return list(idx.paths), list(idx.labels), idx
 
@@ -89,6 +93,7 @@ def _pipeline_train(spec, **extra):
 
 def _fast_jpeg_switch():
     import dataclasses
+    from pipeline import config as config_lib
     return "fast_jpeg" in {f.name for f in dataclasses.fields(config_lib.ImageOptions)}
 
 
@@ -151,7 +156,7 @@ def _plain(spec):
 
     ds = tf.data.Dataset.from_tensor_slices((idx.paths, idx.labels))
     ds = ds.shuffle(len(idx), seed=spec.get("seed"), reshuffle_each_iteration=True)
-    ds = ds.map(load, num_parallel_calls=2 * config_lib.cpu_count(), deterministic=False)
+    ds = ds.map(load, num_parallel_calls=2 * checks.cpu_count(), deterministic=False)
     ds = ds.batch(spec["batch_size"]).prefetch(2)
     o = tf.data.Options()
     o.autotune.enabled = False
@@ -203,7 +208,7 @@ def _in_memory(spec):
     def put(i):
         x[i] = pil_load(paths[i], size)
 
-    with cf.ThreadPoolExecutor(config_lib.cpu_count()) as pool:
+    with cf.ThreadPoolExecutor(checks.cpu_count()) as pool:
         list(pool.map(put, range(len(paths))))
     ds = tf.data.Dataset.from_tensor_slices((x, np.asarray(labels, np.int32)))
     del x
@@ -231,7 +236,7 @@ def _decode_limit(spec):
     o.threading.private_threadpool_size = 1
     o.threading.max_intra_op_parallelism = 1
     ds = ds.with_options(o)
-    ds.bench_extra = {"cores": config_lib.cpu_count()}
+    ds.bench_extra = {"cores": checks.cpu_count()}
     return ds
 
 

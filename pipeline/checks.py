@@ -22,6 +22,18 @@ import numpy as np
 # importing TensorFlow; ``config``, ``decode`` and ``cli`` all use this one value.
 DEFAULT_MAX_PIXELS = 178_956_970
 
+# Manifest files by extension (``pipeline.manifest`` reads them). Here, in the
+# module that imports nothing heavy, so that the command line tells a manifest
+# SRC from a folder before TensorFlow loads.
+JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")
+MANIFEST_EXTENSIONS = (".csv", ".tsv") + JSONL_EXTENSIONS
+
+
+def is_manifest(path) -> bool:
+    """True when ``path`` names a file with a manifest extension (.csv, .tsv, .jsonl, .json)."""
+    return isinstance(path, (str, os.PathLike)) and os.fspath(path).lower().endswith(
+        MANIFEST_EXTENSIONS)
+
 
 def received(name: str, value: Any) -> str:
     """``"Received: name=value"``, with numpy scalars printed as plain Python values."""

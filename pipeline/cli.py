@@ -28,6 +28,7 @@ argument, bad flag value) or a source that cannot be read. A usage error names t
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -202,23 +203,30 @@ class Command:
     notes: str = ""
     title: str = ""
     arg_names: Dict[str, str] = dataclasses.field(default_factory=dict)
+    check: Optional[Callable[[List[str]], None]] = None
 
 
 COMMANDS: Dict[str, Command] = {}
 
 
 def command(name: str, synopsis: str, summary: str, positionals=(), notes: str = "",
-            title: str = "", arg_names: Optional[Dict[str, str]] = None):
+            title: str = "", arg_names: Optional[Dict[str, str]] = None,
+            check: Optional[Callable[[List[str]], None]] = None):
     """Registers ``fn(argv) -> exit status`` as ``pipeline NAME``; argv[0] is NAME.
 
     ``arg_names`` maps the library's argument names that the command's
     errors may name (``directory``, ``output_dir``, ...) to what the user
     types (``SRC``, ``OUT``, ``--data_dir``); each of the command's flags
     maps to ``--flag`` without being listed.
+
+    ``check(argv)`` raises the usage errors that argv and the flags alone
+    settle (a missing argument, a bad flag value); ``main`` runs it before
+    TensorFlow is imported, so such an error is answered at once. It must
+    import no TensorFlow.
     """
     def deco(fn):
         COMMANDS[name] = Command(name, fn, synopsis, summary, tuple(positionals), notes,
-                                 title or summary, dict(arg_names or {}))
+                                 title or summary, dict(arg_names or {}), check)
         return fn
     return deco
 
@@ -410,27 +418,19 @@ def _too_few_images(num_images: int, data_dir: Optional[str]) -> str:
             f"epoch. What works: {', or '.join(works)}. Received: --batch_size={bs}, {given}")
 
 
-@command("bench", f"{PROG} bench [--data_dir=DIR] [--compare=keras,...] [--flags]",
-         "Throughput (images/s after each epoch's first batch), images per CPU-second, time "
-         "to first batch and peak RSS of pipeline beside peers, each run in its own "
-         "subprocess, alternated --repeats times; medians and spread (min-max) printed, "
-         "and a line when the spread is too wide to trust.",
-         notes="The optional peers (torch, TF1 queue runners, Keras PyDataset, legacy "
-               "ImageDataGenerator, NVIDIA DALI) are in benchmarks/candidates.py: run "
-               "benchmarks/peers.py for them. --profile: per-stage costs and the bottleneck "
-               "instead. --plan --target_images_per_sec=N [--worker_cores=8] [--augment]: "
-               "a capacity plan instead (cores and tf.data service workers to feed N "
-               "images/s, from the measured images per CPU-second; pipeline.capacity).",
-         title="images/s, images per CPU-second, first batch, peak RSS beside peers",
-         arg_names={"directory": "--data_dir"})
-def cmd_bench(argv: List[str]) -> int:
+def _bench_names() -> List[str]:
+    """pipeline, then the --compare candidates."""
+    return ["pipeline"] + [c for c in FLAGS.compare if c and c != "pipeline"]
+
+
+def _check_bench(argv: List[str]) -> None:
     from pipeline import bench
-    from pipeline import candidates  # noqa: F401  registers the public-API candidates
+    from pipeline import candidates  # noqa: F401  the registry (imports no TensorFlow)
     from pipeline import sample
 
     if len(argv) != 1:
         raise usage_error(f"bench takes no positional arguments. {_received_args(argv)}")
-    size = _parse_size(FLAGS.image_size)
+    _parse_size(FLAGS.image_size)
     for name in ("batch_size", "epochs", "repeats", "sample_images"):
         _positive(name)
     if FLAGS.on_error not in ("raise", "skip"):
@@ -439,8 +439,7 @@ def cmd_bench(argv: List[str]) -> int:
                                              and FLAGS.max_spread > 0):
         raise usage_error(f"--max_spread must be a finite number > 0. Received: "
                           f"{FLAGS.max_spread}")
-    names = ["pipeline"] + [c for c in FLAGS.compare if c and c != "pipeline"]
-    unknown = [c for c in names if c not in bench.CANDIDATES]
+    unknown = [c for c in _bench_names() if c not in bench.CANDIDATES]
     if unknown and not FLAGS.profile:
         raise usage_error(f"--compare: unknown candidate(s) {_as_typed(unknown)}; known: "
                           f"{', '.join(sorted(bench.CANDIDATES))}. Received: "
@@ -461,10 +460,32 @@ def cmd_bench(argv: List[str]) -> int:
         _check_folder("--profile_dir", FLAGS.profile_dir)
     # The peer bench and --plan time each epoch after its first batch (--profile times
     # its own count of images): too few batches per epoch is refused before any work.
-    timed = not FLAGS.profile
-    if timed and FLAGS.data_dir is None and not os.environ.get(sample.DATA_DIR_ENV) and \
+    if not FLAGS.profile and FLAGS.data_dir is None and not os.environ.get(sample.DATA_DIR_ENV) and \
             bench.timed_batches(FLAGS.sample_images, FLAGS.batch_size) < bench.MIN_TIMED_BATCHES:
         raise usage_error(_too_few_images(FLAGS.sample_images, None))  # before generating it
+
+
+@command("bench", f"{PROG} bench [--data_dir=DIR] [--compare=keras,...] [--flags]",
+         "Throughput (images/s after each epoch's first batch), images per CPU-second, time "
+         "to first batch and peak RSS of pipeline beside peers, each run in its own "
+         "subprocess, alternated --repeats times; medians and spread (min-max) printed, "
+         "and a line when the spread is too wide to trust.",
+         notes="The optional peers (torch, TF1 queue runners, Keras PyDataset, legacy "
+               "ImageDataGenerator, NVIDIA DALI) are in benchmarks/candidates.py: run "
+               "benchmarks/peers.py for them. --profile: per-stage costs and the bottleneck "
+               "instead. --plan --target_images_per_sec=N [--worker_cores=8] [--augment]: "
+               "a capacity plan instead (cores and tf.data service workers to feed N "
+               "images/s, from the measured images per CPU-second; pipeline.capacity).",
+         title="images/s, images per CPU-second, first batch, peak RSS beside peers",
+         arg_names={"directory": "--data_dir"}, check=_check_bench)
+def cmd_bench(argv: List[str]) -> int:
+    from pipeline import bench
+    from pipeline import candidates  # noqa: F401  registers the public-API candidates
+    from pipeline import sample
+
+    size = _parse_size(FLAGS.image_size)
+    names = _bench_names()
+    timed = not FLAGS.profile  # --profile times its own count of images
     data_dir = sample.default_data_dir(FLAGS.data_dir, num_images=FLAGS.sample_images,
                                         shared=False)
     from pipeline import index
@@ -547,6 +568,14 @@ def cmd_bench(argv: List[str]) -> int:
     return 0
 
 
+def _check_scan(argv: List[str]) -> None:
+    if len(argv) != 2:
+        raise usage_error(f"scan takes one SOURCE. {_received_args(argv)}")
+    _positive("max_pixels")
+    if FLAGS.json_out:  # fail before the scan, not after it (and create nothing yet)
+        _check_writable("json_out")
+
+
 @command("scan", f"{PROG} scan SOURCE [--json_out=FILE] [--flags]",
          "One parallel pass over SOURCE with the factories' decoder: counts per class and "
          "format, file sizes, image sides, extension mismatches and bad files.",
@@ -555,15 +584,11 @@ def cmd_bench(argv: List[str]) -> int:
          notes="Exit status: 0 every file decodes, 1 bad files found, 2 SOURCE cannot be "
                "scanned (missing, no images) or a usage error.",
          title="what a folder / manifest holds: classes, formats, sizes, bad files",
-         arg_names={"directory": "SOURCE", "source": "SOURCE", "manifest": "SOURCE"})
+         arg_names={"directory": "SOURCE", "source": "SOURCE", "manifest": "SOURCE"},
+         check=_check_scan)
 def cmd_scan(argv: List[str]) -> int:
     from pipeline import report as report_lib
 
-    if len(argv) != 2:
-        raise usage_error(f"scan takes one SOURCE. {_received_args(argv)}")
-    _positive("max_pixels")
-    if FLAGS.json_out:  # fail before the scan, not after it (and create nothing yet)
-        _check_writable("json_out")
     report = report_lib.scan(argv[1], max_pixels=FLAGS.max_pixels,
                              follow_links=FLAGS.follow_links, progress=FLAGS.progress,
                              allow_outside_root=FLAGS.allow_outside_root)
@@ -573,6 +598,28 @@ def cmd_scan(argv: List[str]) -> int:
             f.write(report.to_json(indent=2))
         print(f"wrote {FLAGS.json_out}")
     return 1 if report.bad_files else 0
+
+
+def _manifest_flags() -> dict:
+    """The manifest flags given (for a manifest SRC), as write_tfrecords' arguments."""
+    return {k: getattr(FLAGS, k) for k in ("path_column", "label_columns", "root",
+                                           "allow_outside_root") if getattr(FLAGS, k)}
+
+
+def _check_convert(argv: List[str]) -> None:
+    if len(argv) != 3:
+        raise usage_error(f"convert takes SRC and OUT. {_received_args(argv)}")
+    _positive("num_shards")
+    _positive("num_workers")
+    _positive("max_pixels")
+    if FLAGS.on_error not in ("raise", "skip"):
+        raise usage_error(f"--on_error must be 'raise' or 'skip'. Received: {FLAGS.on_error!r}")
+    _check_folder("OUT", argv[2])
+    kw = _manifest_flags()
+    if kw and not checks.is_manifest(argv[1]):
+        raise usage_error(
+            f"{', '.join('--' + k for k in kw)} apply to a manifest SRC (.csv / .jsonl) only; "
+            f"SRC is not one. Received: SRC={argv[1]!r}")
 
 
 @command("convert", f"{PROG} convert SRC OUT [--num_shards=N] [--flags]",
@@ -586,28 +633,14 @@ def cmd_scan(argv: List[str]) -> int:
                "with its reason; nothing written), 2 a usage error or SRC cannot be read.",
          title="write TFRecord shards",
          arg_names={"directory": "SRC", "source": "SRC", "manifest": "SRC",
-                    "output_dir": "OUT"})
+                    "output_dir": "OUT"}, check=_check_convert)
 def cmd_convert(argv: List[str]) -> int:
-    from pipeline import manifest as manifest_lib
     from pipeline import read, shards
 
-    if len(argv) != 3:
-        raise usage_error(f"convert takes SRC and OUT. {_received_args(argv)}")
-    _positive("num_shards")
-    _positive("num_workers")
-    _positive("max_pixels")
-    if FLAGS.on_error not in ("raise", "skip"):
-        raise usage_error(f"--on_error must be 'raise' or 'skip'. Received: {FLAGS.on_error!r}")
-    if read.exists(argv[2]) and not read.isdir(argv[2]):
+    if read.exists(argv[2]) and not read.isdir(argv[2]):  # OUT may be a URI: tf.io.gfile
         raise usage_error(f"OUT must be a folder (new or existing); {argv[2]!r} is a file. "
                           f"Received: OUT={argv[2]!r}")
-    _check_folder("OUT", argv[2])
-    kw = {k: getattr(FLAGS, k) for k in ("path_column", "label_columns", "root",
-                                         "allow_outside_root") if getattr(FLAGS, k)}
-    if kw and not manifest_lib.is_manifest(argv[1]):
-        raise usage_error(
-            f"{', '.join('--' + k for k in kw)} apply to a manifest SRC (.csv / .jsonl) only; "
-            f"SRC is not one. Received: SRC={argv[1]!r}")
+    kw = _manifest_flags()
     # The library's warning on fewer shards than asked is said by the line below instead.
     quiet = _DropLogLines(shards.FEWER_SHARDS)
     logging.get_absl_logger().addFilter(quiet)
@@ -644,6 +677,18 @@ def cmd_convert(argv: List[str]) -> int:
     return 0
 
 
+def _check_service(argv: List[str]) -> None:
+    role = argv[1] if len(argv) == 2 else None
+    _check_port()
+    if role not in ("dispatcher", "worker"):
+        raise usage_error(
+            f"service takes one ROLE, 'dispatcher' or 'worker'. {_received_args(argv)}")
+    if role == "worker" and not FLAGS.dispatcher_address:
+        raise usage_error("service worker needs --dispatcher_address=HOST:PORT")
+    if role == "dispatcher" and FLAGS.work_dir:
+        _check_folder("--work_dir", FLAGS.work_dir)
+
+
 @command("service", f"{PROG} service dispatcher|worker [--flags]",
          "Starts a tf.data service dispatcher or worker in this process (runs until "
          "stopped).",
@@ -651,15 +696,11 @@ def cmd_convert(argv: List[str]) -> int:
                                "--dispatcher_address)"),),
          notes="Flags marked 'dispatcher:' or 'worker:' apply to that role only. See the "
                "README's 'Scale out and resume' section for processing modes.",
-         title="start a tf.data service dispatcher or worker")
+         title="start a tf.data service dispatcher or worker", check=_check_service)
 def cmd_service(argv: List[str]) -> int:
     from pipeline import distribute
 
-    role = argv[1] if len(argv) == 2 else None
-    _check_port()
-    if role == "dispatcher":
-        if FLAGS.work_dir:
-            _check_folder("--work_dir", FLAGS.work_dir)
+    if argv[1] == "dispatcher":
         _start_server(
             "dispatcher", distribute.run_dispatcher,
             port=5050 if FLAGS.port is None else FLAGS.port,
@@ -667,16 +708,11 @@ def cmd_service(argv: List[str]) -> int:
             fault_tolerant_mode=FLAGS.fault_tolerant_mode,
             worker_timeout_ms=FLAGS.worker_timeout_ms)
         return 0
-    if role == "worker":
-        if not FLAGS.dispatcher_address:
-            raise usage_error("service worker needs --dispatcher_address=HOST:PORT")
-        _start_server("worker", distribute.run_worker,
-                      dispatcher_address=FLAGS.dispatcher_address, port=FLAGS.port or 0,
-                              worker_address=FLAGS.worker_address,
-                              heartbeat_interval_ms=FLAGS.heartbeat_interval_ms)
-        return 0
-    raise usage_error(f"service takes one ROLE, 'dispatcher' or 'worker'. "
-                      f"{_received_args(argv)}")
+    _start_server("worker", distribute.run_worker,
+                  dispatcher_address=FLAGS.dispatcher_address, port=FLAGS.port or 0,
+                  worker_address=FLAGS.worker_address,
+                  heartbeat_interval_ms=FLAGS.heartbeat_interval_ms)
+    return 0
 
 
 DOCTOR_PACKAGES = (("tensorflow", "tensorflow"), ("keras", "keras"), ("numpy", "numpy"),
@@ -700,16 +736,19 @@ def basic_stack() -> dict:
     return out
 
 
-@command("doctor", f"{PROG} doctor [--json] [--json_out=FILE]",
-         "Prints the installed stack, one fact per aligned line: Python, TensorFlow, Keras, "
-         "numpy, tensorflow-io (and whether its ops load), Pillow, the decoders, the "
-         "filesystems, TensorFlow's C++ log level, the CPUs and the decode parallelism.",
-         title="print the installed stack (versions, decoders, CPUs)")
-def cmd_doctor(argv: List[str]) -> int:
+def _check_doctor(argv: List[str]) -> None:
     if len(argv) != 1:
         raise usage_error(f"doctor takes no positional arguments. {_received_args(argv)}")
     if FLAGS.json_out:
         _check_writable("json_out")
+
+
+@command("doctor", f"{PROG} doctor [--json] [--json_out=FILE]",
+         "Prints the installed stack, one fact per aligned line: Python, TensorFlow, Keras, "
+         "numpy, tensorflow-io (and whether its ops load), Pillow, the decoders, the "
+         "filesystems, TensorFlow's C++ log level, the CPUs and the decode parallelism.",
+         title="print the installed stack (versions, decoders, CPUs)", check=_check_doctor)
+def cmd_doctor(argv: List[str]) -> int:
     try:
         import pipeline.stack as stack  # lazily: an optional module
     except ModuleNotFoundError as e:
@@ -806,14 +845,32 @@ def _error(command_name: Optional[str], message: str) -> int:
 
 
 def _parse_flags(argv: List[str]) -> List[str]:
+    """absl's parse of ``argv``; a bad flag is a usage error (exit 2).
+
+    TensorFlow is not imported yet. It defines absl flags of its own when it
+    loads (``--helpfull`` lists them), so a flag that is neither pipeline's nor
+    absl's is looked up again after ``import tensorflow``: the one usage error
+    that waits for TensorFlow.
+    """
     try:
         return FLAGS(argv)
+    except flags.UnrecognizedFlagError as e:
+        if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+            sys.exit(_error(_first_positional(argv[1:]), str(e)))
+        FLAGS.unparse_flags()
+        _import_tensorflow()
+        return _parse_flags(argv)
     except flags.Error as e:
         sys.exit(_error(_first_positional(argv[1:]), str(e)))
 
 
 def main(argv: List[str]) -> int:
-    """Runs the command named by ``argv[1]`` (flags already parsed); returns the exit status."""
+    """Runs the command named by ``argv[1]`` (flags already parsed); returns the exit status.
+
+    The usage errors that argv alone settles (no such command, a flag of another
+    command, the command's ``check``) come before ``import tensorflow``; then
+    TensorFlow loads (``_import_tensorflow``) and the command runs.
+    """
     name = argv[1] if len(argv) > 1 else None
     if name not in COMMANDS:
         return _error(None, f"expected a command, one of {', '.join(COMMANDS)}. "
@@ -823,8 +880,12 @@ def main(argv: List[str]) -> int:
         return _error(name, "; ".join(
             f"--{f} is not a flag of {name} (it belongs to {', '.join(FLAG_COMMANDS[f])})"
             for f in foreign))
+    c = COMMANDS[name]
     try:
-        return COMMANDS[name].fn(argv[1:])
+        if c.check is not None:
+            c.check(argv[1:])  # what argv and the flags settle: before TensorFlow loads
+        _import_tensorflow()
+        return c.fn(argv[1:])
     except app.UsageError as e:
         return _error(name, user_names(name, str(e)))
     except (ValueError, OSError) as e:
@@ -855,18 +916,18 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
             sys.exit(_error(None, f"unknown command {name!r}; one of {', '.join(COMMANDS)}"))
         print(command_help(name))
         sys.exit(0)
-    if _first_positional(head) in COMMANDS:
-        _import_tensorflow()  # every command needs it; its absl flags parse as before
+    # TensorFlow loads in main, after the usage checks that argv alone settles.
     app.run(main, argv=argv, flags_parser=_parse_flags)
 
 
 def _import_tensorflow() -> None:
     """``import tensorflow``, its start-up lines shown once.
 
-    Help (``--help``, ``CMD --help``) never calls this: it imports no
-    TensorFlow. TensorFlow 2.21 writes its start-up lines twice while it loads
-    (``pipeline.native_stderr``); the repeats are dropped.
+    Help (``--help``, ``CMD --help``) and the usage errors that argv alone
+    settles never call this: they import no TensorFlow. TensorFlow 2.21 writes
+    its start-up lines twice while it loads; the repeats are dropped, and
+    ``bench``'s candidate processes drop the lines shown here
+    (``pipeline.native_stderr.import_tensorflow``).
     """
     from pipeline import native_stderr
-    with native_stderr.dropping_repeats():
-        import tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    native_stderr.import_tensorflow()

@@ -11,7 +11,9 @@ in positions and looks the missing keys up. Those files are raised
 (``on_error="raise"``) or recorded and skipped (``"skip"``), with the reason
 found by ``diagnose``: it reads the file again and runs the decode and the
 transform stages eagerly, so a failure after decoding (e.g. a resize) is
-named as such and not blamed on the file's data. An expected element count
+named as such and not blamed on the file's data. A JPEG without its
+end-of-image marker is named from its bytes, without that second decode (see
+``diagnose``); each bad file is diagnosed once per dataset. An expected element count
 catches elements lost upstream of the map (a corrupt TFRecord shard).
 Besides the map, one function call per chunk runs on the consumer thread.
 """
@@ -105,6 +107,10 @@ class ErrorLog:
                 self._exceeded_message = message
             raise ErrorBudgetExceeded(message)
 
+    def __contains__(self, path: str) -> bool:
+        with self._lock:
+            return path in self._records
+
     def records(self) -> List[ErrorRecord]:
         with self._lock:
             return [ErrorRecord(p, r) for p, r in self._records.items()]
@@ -161,8 +167,22 @@ def clean_message(text: str, limit: int = 200) -> str:
     return first[:limit].rstrip(" :")
 
 
+TRUNCATED_JPEG = "truncated JPEG (no end-of-image marker)"
+
+
 def diagnose(contents: bytes, read_error: str, decode_fn: Callable, finish_fn: Callable) -> str:
     """Why an element failed, found by running its stages again eagerly (rare path).
+
+    A JPEG that does not end with its end-of-image marker (FF D9) is named
+    ``TRUNCATED_JPEG`` from its bytes, without decoding it again: the map's
+    decode of it has failed already, and each decode of a truncated JPEG makes
+    TensorFlow log "Premature end of JPEG data" (libjpeg adds lines of its own),
+    so a second decode would show them twice. (Such a file that still decodes,
+    all its rows being there, fails only in a later stage; it is named
+    truncated all the same.) Any other file that fails in its decoder is
+    decoded once more, here: that decode tells a decode failure from a later
+    stage's and gives the decoder's message, so libjpeg's lines about a
+    corrupt JPEG show twice.
 
     Args:
         contents: the file's bytes.
@@ -181,6 +201,8 @@ def diagnose(contents: bytes, read_error: str, decode_fn: Callable, finish_fn: C
         return read_error
     if not contents:
         return "empty file (0 bytes)"
+    if contents[:3] == b"\xff\xd8\xff" and not contents.endswith(b"\xff\xd9"):
+        return TRUNCATED_JPEG  # as decode.diagnose names it, from the bytes alone
     c = tf.constant(contents)
     try:
         image, reason = decode_fn(c)
@@ -374,7 +396,8 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
                 try:
                     for k in keys:
                         p = source.name_py(k)
-                        error_log.add(p, source.why_failed_py(p))
+                        if p not in error_log:  # diagnosed once (a decode), not every epoch
+                            error_log.add(p, source.why_failed_py(p))
                     if int(count) > len(keys):
                         error_log.add(f"<{int(count) - len(keys)} unnamed file(s)>",
                                       "decoder failed; more files in a row failed than "

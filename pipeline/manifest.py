@@ -18,9 +18,9 @@ from typing import List, Optional, Sequence
 from pipeline import checks
 from pipeline import index as index_lib
 from pipeline import read
+# defined in checks, which imports no TensorFlow (the command line reads them first)
+from pipeline.checks import JSONL_EXTENSIONS, MANIFEST_EXTENSIONS, is_manifest  # noqa: F401
 
-JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")
-MANIFEST_EXTENSIONS = (".csv", ".tsv") + JSONL_EXTENSIONS
 MANIFEST_LABEL_MODES = ("int", "categorical", "binary", "multi_hot", "float", None)
 AUTO = "auto"
 
@@ -31,12 +31,6 @@ class ManifestError(ValueError):
     Lines are the file's physical lines counted from 1: a CSV's header is
     line 1 (a missing column is reported there), its first data row line 2.
     """
-
-
-def is_manifest(path) -> bool:
-    """True when ``path`` names a file with a manifest extension (.csv, .tsv, .jsonl, .json)."""
-    return isinstance(path, (str, os.PathLike)) and os.fspath(path).lower().endswith(
-        MANIFEST_EXTENSIONS)
 
 
 def _open_text(path: str):

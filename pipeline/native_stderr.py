@@ -14,8 +14,8 @@ Used for:
   TensorFlow write (``Improper call to JPEG library in state 201``; ``... 203``
   for a progressive one; ``Input file read error``; TensorFlow's ``Premature end
   of JPEG data. Stopped at line 14/40``). ``scan`` (and ``convert``'s check,
-  which is a scan) decodes every file, so it meets each such file at least twice
-  (the pass, then the diagnosis of the failed file); its report names the file
+  which is a scan) decodes every file once (its diagnosis names a truncated
+  JPEG from its bytes, ``pipeline.guard.diagnose``); its report names the file
   "truncated JPEG (no end-of-image marker)", which says the same with the path.
   Not dropped: libjpeg's descriptions of corrupt data (``Bogus Huffman table
   definition``, ``Corrupt JPEG data: 40 extraneous bytes before marker 0xd9``),
@@ -27,16 +27,23 @@ Used for:
   into ``tensorflow/python/profiler/internal/_pywrap_profiler_plugin.so``, which
   ``import tensorflow`` loads (``tf.profiler.experimental.client``) and whose
   static initialisers log the same lines again. The command line imports
-  TensorFlow inside ``dropping_repeats``, so they show once.
+  TensorFlow through ``import_tensorflow`` (``dropping_repeats``), so they
+  show once.
+* ``import_tensorflow`` in a child process: ``bench`` runs each candidate in a
+  process of its own, which imports TensorFlow, and TensorFlow 2.21 writes its
+  start-up lines whatever ``TF_CPP_MIN_LOG_LEVEL`` says. The parent passes the
+  lines it has shown in the child's environment (``startup_env``); the child's
+  ``import_tensorflow`` drops them, so a ``bench`` run shows each once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import sys
-from typing import Callable, Iterator, Optional, Pattern, Tuple, Union
+from typing import Callable, Dict, Iterator, Optional, Pattern, Set, Tuple, Union
 
 # libjpeg's messages for a truncated JPEG, as TensorFlow's in-memory source makes
 # them (its fill_input_buffer suspends, or fails after a fake end-of-image
@@ -166,7 +173,8 @@ def dropping(pattern: Union[str, Pattern], dropped: Optional[list] = None) -> It
 
 
 @contextlib.contextmanager
-def dropping_repeats(dropped: Optional[list] = None) -> Iterator[list]:
+def dropping_repeats(dropped: Optional[list] = None,
+                     seen: Optional[Set[bytes]] = None) -> Iterator[list]:
     """Within the block, a line that repeats an earlier one of the block is dropped.
 
     Lines are compared without TensorFlow's log prefix (``LOG_PREFIX``: its
@@ -174,10 +182,16 @@ def dropping_repeats(dropped: Optional[list] = None) -> Iterator[list]:
     2.21's ``import tensorflow``, which writes its start-up lines twice (see
     the module doc); blank lines always pass.
 
+    Args:
+        dropped: optional list the dropped lines are appended to.
+        seen: optional set of lines (bytes, without their line end and log
+            prefix) that count as shown before the block: they are dropped
+            too. The lines the block lets through are added to it.
+
     Yields:
         The list of dropped lines (complete once the block has ended).
     """
-    seen = set()
+    seen = set() if seen is None else seen
     dropped = [] if dropped is None else dropped
 
     def keep(segment: bytes) -> bytes:
@@ -192,3 +206,45 @@ def dropping_repeats(dropped: Optional[list] = None) -> Iterator[list]:
 
     with _filtered(keep):
         yield dropped
+
+
+# The start-up lines (as ``dropping_repeats`` compares them) that this process's
+# ``import_tensorflow`` showed, and those its parent passed in ``STARTUP_ENV``.
+STARTUP_ENV = "PIPELINE_TF_STARTUP_LINES_SHOWN"
+_startup_lines: Optional[Set[bytes]] = None
+
+
+def _shown_startup_lines() -> Set[bytes]:
+    global _startup_lines
+    if _startup_lines is None:
+        try:
+            passed = json.loads(os.environ.get(STARTUP_ENV) or "[]")
+        except ValueError:
+            passed = []
+        _startup_lines = {str(line).encode("utf-8", "surrogateescape") for line in passed}
+    return _startup_lines
+
+
+def import_tensorflow() -> None:
+    """``import tensorflow``, each of its start-up lines shown at most once.
+
+    Within ``dropping_repeats``: a line that repeats one this import wrote
+    before (TensorFlow 2.21 writes its start-up lines twice), or one that an
+    earlier ``import_tensorflow`` showed, here or in the parent process that
+    started this one with ``startup_env()`` in its environment, is dropped.
+    Nothing is filtered when TensorFlow is already imported.
+
+    Raises:
+        ImportError: TensorFlow is not installed (or fails to load).
+    """
+    if "tensorflow" in sys.modules:
+        return
+    with dropping_repeats(seen=_shown_startup_lines()):
+        import tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+
+
+def startup_env() -> Dict[str, str]:
+    """The environment entry (``{STARTUP_ENV: JSON list}``) that tells a child
+    process's ``import_tensorflow`` which start-up lines were shown already."""
+    lines = sorted(line.decode("utf-8", "surrogateescape") for line in _shown_startup_lines())
+    return {STARTUP_ENV: json.dumps(lines)}

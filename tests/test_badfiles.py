@@ -335,3 +335,64 @@ def test_raise_names_the_first_bad_file_in_order(tmp_path, order):
         list(ds)
     msg = e.value.message
     assert f"cannot load file {first} " in msg and second not in msg, msg
+
+
+# --- issue 15: a bad file is decoded once ----------------------------------------------
+
+_ITERATE = """
+import sys
+import pipeline
+ds = pipeline.from_directory(sys.argv[1], batch_size=None, shuffle=False, on_error=sys.argv[2])
+try:
+    print(sum(1 for _ in ds), "delivered")
+except Exception as e:  # raise mode: the truncated file stops the epoch
+    print(type(e).__name__, str(e).split("assertion failed: [")[-1].splitlines()[0])
+if sys.argv[2] == "skip":
+    print([r.reason for r in pipeline.errors(ds)])
+"""
+
+
+@pytest.mark.parametrize("on_error", ["skip", "raise"])
+def test_a_truncated_jpeg_is_decoded_once_in_an_epoch(tmp_path, on_error):
+    """Found by a fresh-eyes user: TensorFlow logged "Premature end of JPEG data" twice for
+    one truncated JPEG in one epoch: the map decoded it, then the diagnosis decoded it again."""
+    import subprocess
+    import sys
+    noise = np.random.RandomState(0).randint(0, 256, (64, 64, 3)).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(noise).save(buf, "JPEG")
+    data = buf.getvalue()
+    os.makedirs(tmp_path / "d" / "a")
+    (tmp_path / "d" / "a" / "good.jpg").write_bytes(data)
+    (tmp_path / "d" / "a" / "trunc.jpg").write_bytes(data[:len(data) * 7 // 10])
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", _ITERATE, str(tmp_path / "d"), on_error],
+                          capture_output=True, text=True, timeout=300, cwd=repo,
+                          env=dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("Premature end of JPEG data") == 1, proc.stderr
+    trunc = str(tmp_path / "d" / "a" / "trunc.jpg")
+    if on_error == "skip":
+        assert proc.stdout.splitlines() == ["1 delivered",
+                                            "['truncated JPEG (no end-of-image marker)']"]
+    else:
+        assert proc.stdout.splitlines() == [
+            f"InvalidArgumentError pipeline: cannot load file {trunc} (truncated JPEG "
+            "(no end-of-image marker))]"], proc.stdout
+
+
+def test_a_bad_file_is_diagnosed_once_however_many_epochs(mixed, monkeypatch):
+    """The diagnosis (a second decode) ran for a known bad file in every epoch."""
+    from pipeline import guard
+    root, good, bad = mixed
+    corrupt = os.path.join(root, "bad", "corrupt_mid.png")
+    calls = []
+    real = guard.diagnose
+    monkeypatch.setattr(guard, "diagnose", lambda *a: calls.append(a[0][:8]) or real(*a))
+    ds = pipeline.from_paths(good[:5] + [corrupt], image_size=(8, 8), batch_size=2,
+                             shuffle=False, on_error="skip")
+    for _ in range(3):
+        x, _ = flatten(ds)
+        assert sorted(index_values(x)) == [1, 2, 3, 4, 5]
+    assert calls == [b"\x89PNG\r\n\x1a\n"]
+    assert [(r.path, r.reason[:12]) for r in pipeline.errors(ds)] == [(corrupt, "corrupt PNG ")]

@@ -818,3 +818,143 @@ def test_a_failed_candidates_reason_is_its_last_lines_without_tensorflow_start_u
     assert "oneDNN" not in tail and "InitializeLog" not in tail
     short = bench.error_tail(stderr, max_chars=80)
     assert short == "InvalidArgumentError: pipeline: cannot load file /d/bad.jpg (truncated JPEG)"
+
+
+# --- issue 15 (second pass): bench's start-up lines, usage errors before TensorFlow ------
+
+_FAKE_STARTUP = '''
+import importlib.abc, os, sys, time
+
+
+class _Hook(importlib.abc.MetaPathFinder):
+    """At `import tensorflow`, writes a start-up line to descriptor 2 as TensorFlow 2.21 does
+    (whatever TF_CPP_MIN_LOG_LEVEL says; $FAKE_STARTUP_COPIES times, 2.21 writes it twice),
+    with this process's time stamp and id."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow":
+            sys.meta_path.remove(self)
+            for _ in range(int(os.environ.get("FAKE_STARTUP_COPIES", "1"))):
+                os.write(2, b"I0000 00:00:%.6f %7d port.cc:153] fake start-up line\\n"
+                         % (time.time(), os.getpid()))
+            with open(os.environ["FAKE_STARTUP_LOG"], "a") as f:
+                f.write("%d\\n" % os.getpid())
+        return None
+
+
+sys.meta_path.insert(0, _Hook())
+'''
+
+
+def test_bench_shows_tensorflow_start_up_lines_once(tmp_path):
+    """Found by a fresh-eyes user: on TensorFlow 2.21, `bench` showed TensorFlow's start-up
+    lines once for itself and once more for each candidate run (each its own process)."""
+    from conftest import solid
+    for i in range(6):
+        solid(str(tmp_path / "d" / "a" / f"{i}.png"), 10 * i)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_FAKE_STARTUP)
+    log = tmp_path / "imports.log"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, str(hook)]),
+               FAKE_STARTUP_LOG=str(log))
+    env.pop("PIPELINE_TF_STARTUP_LINES_SHOWN", None)
+    r = subprocess.run([sys.executable, "-m", "pipeline", "bench",
+                        f"--data_dir={tmp_path / 'd'}", "--batch_size=2", "--repeats=2",
+                        "--epochs=1", "--compare=", "--image_size=16"],
+                       capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(log.read_text().split()) == 3  # bench itself and two candidate runs
+    assert r.stderr.count("fake start-up line") == 1, r.stderr
+    assert "pipeline images/s" in r.stdout
+
+
+def test_tensorflow_loaded_through_pipeline_shows_its_start_up_lines_once(tmp_path):
+    """`import pipeline` then a public name: TensorFlow loads through pipeline (as in the
+    notebooks), and a start-up line it writes twice (TensorFlow 2.21) shows once."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_FAKE_STARTUP)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, str(hook)]),
+               FAKE_STARTUP_LOG=str(tmp_path / "imports.log"), FAKE_STARTUP_COPIES="2")
+    r = subprocess.run([sys.executable, "-c", "import pipeline\npipeline.from_directory\n"
+                        "import tensorflow\nprint('ok')"], capture_output=True, text=True,
+                       timeout=300, cwd=REPO, env=env)
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr[-2000:]
+    assert r.stderr.count("fake start-up line") == 1, r.stderr
+
+
+def test_dropping_repeats_drops_the_lines_a_parent_showed(capfd, monkeypatch):
+    """The mechanism behind the test above: a child's import drops what its parent showed."""
+    from pipeline import native_stderr
+    seen = {b"port.cc:153] oneDNN custom operations are on."}
+    with native_stderr.dropping_repeats(seen=seen) as dropped:
+        os.write(2, b"I0000 00:00:1796083962.250055   31661 port.cc:153] oneDNN custom "
+                    b"operations are on.\nnew line\n")
+    assert capfd.readouterr().err == "new line\n"
+    assert len(dropped) == 1 and seen == {b"port.cc:153] oneDNN custom operations are on.",
+                                          b"new line"}
+    # startup_env carries the shown lines to a child, byte for byte
+    monkeypatch.setattr(native_stderr, "_startup_lines", {b"a \xff line", b"x] two"})
+    env = native_stderr.startup_env()
+    monkeypatch.setattr(native_stderr, "_startup_lines", None)
+    monkeypatch.setenv(native_stderr.STARTUP_ENV, env[native_stderr.STARTUP_ENV])
+    assert native_stderr._shown_startup_lines() == {b"a \xff line", b"x] two"}
+    monkeypatch.setattr(native_stderr, "_startup_lines", None)
+
+
+_USAGE_ERRORS = """
+import contextlib, io, json, sys
+from absl import flags
+from pipeline import cli
+out = []
+for args in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    code = None
+    try:
+        with contextlib.redirect_stderr(err):
+            cli.run(["pipeline"] + args)
+    except SystemExit as e:
+        code = e.code
+    flags.FLAGS.unparse_flags()
+    out.append([code, err.getvalue().splitlines()[0], "tensorflow" in sys.modules])
+print(json.dumps(out))
+"""
+
+
+def test_usage_errors_that_argv_settles_come_before_tensorflow_loads():
+    """Found by a fresh-eyes user: `python -m pipeline scan` (no SOURCE) waited ~3 s for
+    `import tensorflow` before saying so."""
+    cases = [
+        (["scan"], "pipeline scan: error: scan takes one SOURCE. Received: none"),
+        (["nope"], "pipeline: error: expected a command, one of bench, scan, convert, service, "
+                   "doctor. Received: nope"),
+        (["scan", "d", "--num_shards=3"],
+         "pipeline scan: error: --num_shards is not a flag of scan (it belongs to convert)"),
+        (["service", "dispatcher", "--port=-1"],
+         "pipeline service: error: --port must be 0-65535. Received: -1"),
+        (["service", "worker"],
+         "pipeline service: error: service worker needs --dispatcher_address=HOST:PORT"),
+        (["bench", "--epochs=0"], "pipeline bench: error: --epochs must be > 0. Received: 0"),
+        (["bench", "--batch_size=abc"], "pipeline bench: error: flag --batch_size=abc: invalid "
+                                        "literal for int() with base 10: 'abc'"),
+        (["convert", "a.txt", "out", "--path_column=p"],
+         "pipeline convert: error: --path_column apply to a manifest SRC (.csv / .jsonl) only; "
+         "SRC is not one. Received: SRC='a.txt'"),
+        (["doctor", "x"], "pipeline doctor: error: doctor takes no positional arguments. "
+                          "Received: x"),
+    ]
+    import json
+    proc = subprocess.run([sys.executable, "-c", _USAGE_ERRORS, json.dumps([a for a, _ in cases])],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)
+    assert got == [[2, says, False] for _, says in cases]
+    # --compare is checked against the registry, which imports no TensorFlow either
+    proc = subprocess.run([sys.executable, "-c", _USAGE_ERRORS, '[["bench", "--compare=zz"]]'],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+    code, says, loaded = json.loads(proc.stdout)[0]
+    assert (code, loaded) == (2, False) and says.startswith(
+        "pipeline bench: error: --compare: unknown candidate(s) zz; known: decode_limit, ")

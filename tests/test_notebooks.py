@@ -11,7 +11,8 @@ repository (``pipeline/``, ``benchmarks/``, ``notebooks/``), so that there is
 no ``../shared`` beside it, with no ``PIPELINE_DATA_DIR`` (nor the older
 ``PIPELINE_NB_*`` variables): the data is the built-in generated sample. The
 only setting is ``PIPELINE_NB_SMALL=1``, which the "parameters" cells read
-(tiny sizes). The optional peers (torch) are not needed: a peer that is not
+(tiny sizes); ``TF_CPP_MIN_LOG_LEVEL`` is unset, as a user's usually is, so
+what TensorFlow writes shows as it would for them. The optional peers (torch) are not needed: a peer that is not
 installed is skipped and said so.
 """
 
@@ -83,7 +84,7 @@ def test_notebook_runs_as_is(path, fresh_clone, tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", str(jupyter))
     # The copy first: `import pipeline` (and `python -m pipeline` subprocesses) use it.
     monkeypatch.setenv("PYTHONPATH", str(repo))
-    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)  # as a user's: pipeline sets it
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend draws PNGs
     nb = nbformat.read(repo / "notebooks" / path.name, as_version=4)
     client = nbclient.NotebookClient(
@@ -101,6 +102,24 @@ def test_notebook_runs_as_is(path, fresh_clone, tmp_path, monkeypatch):
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "Traceback" not in text
     assert "data: <built-in sample sample-v1-n32-c4-s0>" in text  # not ../shared
+    # pipeline is imported before TensorFlow, so its C++ log level (errors only) applies:
+    # no info lines or warnings of TensorFlow's, and no note that it came too late
+    assert "imported before pipeline" not in text
+    for quiet in ("cpu_feature_guard", "Local rendezvous is aborting", "TF-TRT Warning"):
+        assert quiet not in text, quiet
+    if path.name == "01_quickstart.ipynb":
+        # only pipeline is imported: TensorFlow loads through it, its start-up lines once
+        # (TensorFlow 2.21 writes them twice); a truncated JPEG is decoded once per pass
+        # (libjpeg's line once per cell), not again to diagnose it
+        from pipeline import native_stderr
+        lines = [native_stderr.LOG_PREFIX.sub(b"", line.encode()) for line in text.splitlines()
+                 if native_stderr.LOG_PREFIX.match(line.encode()) or "InitializeLog" in line]
+        assert len(lines) == len(set(lines)), text
+        for cell in nb.cells:
+            err = "".join(o.get("text", "") for o in cell.get("outputs", [])
+                          if o.output_type == "stream" and o.name == "stderr")
+            assert err.count("Improper call to JPEG library") + err.count(
+                "Premature end of JPEG data") <= 1, err
     if path.name == "03_benchmarks.ipynb":
         import importlib.util
         if importlib.util.find_spec("torch") is None:
