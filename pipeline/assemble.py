@@ -425,6 +425,9 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
                         "skipped and recorded" if opts.on_error == "skip" else "raised")
     paths = idx.paths if idx is not None else []
     decoder, stages = make_stages(source, opts)
+    note = decoder.fallback_note(idx.paths) if idx is not None else ""
+    if note:  # the slow path is never silent (decode.Decoder._fallback logs the rest)
+        logging.warning("%s", note)
     cache_estimate = check_cache_budget(opts, n)
     error_log = guard.ErrorLog(n, opts.max_errors)
 
@@ -489,7 +492,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     # many); otherwise on internal chunks that are unbatched again.
     # Variable-size (native) images cannot be batched: checked one by one.
     ds = ds.batch(batch_size if batch_here else (guard.CHUNK if opts.image_size else 1))
-    ds = ds.scan(tf.constant(-1, tf.int64), graph_fn(guard.check_fn(
+    ds = ds.scan(guard.initial_state(), graph_fn(guard.check_fn(
         opts, error_log, src, expected, records.lost_detail if records else None)))
     if batch_here:
         # A batch can end up empty (it held only the sentinel, or only bad files).

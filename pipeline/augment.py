@@ -527,7 +527,8 @@ class Augment:
         Raises:
             ValueError: an unsupported argument set to an active value, or a
                 value out of its domain (the message names both).
-            TypeError: a name that is not an ImageDataGenerator argument.
+            TypeError: a name that is not an ImageDataGenerator argument (the
+                message names it and the closest valid name).
         """
         known = {"featurewise_center", "samplewise_center", "featurewise_std_normalization",
                  "samplewise_std_normalization", "zca_whitening", "zca_epsilon",
@@ -538,14 +539,18 @@ class Augment:
                  "interpolation_order"}
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise TypeError(f"Not ImageDataGenerator argument(s): {unknown}. "
-                            f"Known: {sorted(known)}")
+            # "... got an unexpected keyword argument 'rotation_rang' (did you mean
+            # 'rotation_range'?)", or the valid names when none is close
+            raise checks.unknown_keywords("Augment.from_image_data_generator", unknown, known)
         why = {
             "featurewise_center": "needs the dataset mean; use keras.layers.Normalization "
                                   "adapted on a sample, in the model",
             "featurewise_std_normalization": "needs dataset statistics; use "
                                              "keras.layers.Normalization in the model",
-            "zca_whitening": "needs the dataset's ZCA matrix; not supported",
+            "zca_whitening": "needs the whitening matrix of the whole dataset; whiten in the "
+                             "model instead (a ZCA matrix computed once on a sample, applied "
+                             "as a fixed Dense/1x1 layer), or use keras.layers.Normalization "
+                             "adapted on a sample",
             "samplewise_center": "gives float per-image standardised outputs; use "
                                  "tf.image.per_image_standardization in the model",
             "samplewise_std_normalization": "gives float per-image standardised outputs; use "

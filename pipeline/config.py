@@ -130,6 +130,7 @@ class ImageOptions:
         threadpool_size: int, a private tf.data thread pool of this size.
         prefetch_to_device: e.g. "/gpu:0": batches are copied to that device
             ahead of time (last stage; not with a distribution strategy).
+            A name TensorFlow cannot parse (e.g. "gpu0") is a ValueError.
             Where that device does not exist (e.g. no GPU), it is left out
             and one warning per device name says so.
         fast_jpeg: bool (default True): crop-before-decode of JPEGs for
@@ -398,6 +399,16 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
     if ptd is not None and not isinstance(ptd, str):
         raise ValueError("`prefetch_to_device` must be None or a device name such as "
                          f"'/gpu:0'. {r('prefetch_to_device', ptd)}")
+    if ptd is not None:
+        try:  # TensorFlow's own parse, here, so that its error names the argument
+            tf.DeviceSpec.from_string(ptd)
+            parsed = bool(ptd.strip())
+        except (ValueError, TypeError):
+            parsed = False
+        if not parsed:
+            raise ValueError("`prefetch_to_device` must be a device name such as '/gpu:0', "
+                             "'gpu:0' or '/job:localhost/replica:0/task:0/device:GPU:0'. "
+                             f"{r('prefetch_to_device', ptd)}")
     me = o["max_errors"]
     if me is not None:
         if isinstance(me, (bool, np.bool_)) or not isinstance(me, numbers.Real) or not (

@@ -28,12 +28,15 @@ shards), so a file gives the same pixels whatever the source.
   top-down) by ``pipeline.bmp``, a graph-op decoder checked against Pillow.
 * **Slow fallback (rare path, clearly marked):** files whose format has no
   graph decoder here (HEIC/HEIF with pillow-heif installed, animated WebP
-  without ``tf.io.decode_webp``, BMP variants met under another extension,
-  WebP/TIFF met under another extension) are decoded by Pillow inside a
-  ``tf.py_function`` named ``pipeline_pillow_fallback``. It holds the GIL, so
-  it is slow, and it cannot run on tf.data service workers: with
-  ``service=``, such files are bad files with a reason that says so.
-  Elsewhere the fallback is never built into a graph.
+  (``tf.io.decode_webp`` crashes on it), a TIFF with alpha, BMP variants met
+  under another extension, WebP/TIFF met under another extension) are decoded
+  by Pillow inside a ``tf.py_function`` named ``pipeline_pillow_fallback``. It
+  holds the GIL, so it is slow, and it cannot run on tf.data service workers:
+  with ``service=``, such files are bad files with a reason that says so. It
+  is never silent: the factories log how many files it will take by
+  extension (``Decoder.fallback_note``), the first file of each kind it
+  decodes is logged, and ``scan`` marks the variants it takes
+  (``Decoder.takes_fallback``).
 * A decoder that still fails (corrupt or truncated data) raises; the guard
   stage (``pipeline.guard``) finds which file it was and why.
 
@@ -49,10 +52,12 @@ RGB by libjpeg (Adobe inverted CMYK handled).
 from __future__ import annotations
 
 import io
-from typing import Callable, Optional, Set
+import threading
+from typing import Callable, Dict, Optional, Sequence, Set
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from pipeline import bmp as bmp_lib
 from pipeline import checks
@@ -66,6 +71,34 @@ _F = formats
 def _tfio():
     import tensorflow_io as tfio  # lazily: only when a format needs it
     return tfio
+
+
+def _plain_bmp(head: bytes) -> bool:
+    """In Python, ``Decoder._bmp``'s test: a BMP that ``tf.io.decode_bmp`` decodes
+    (24-bit, uncompressed, 40-byte info header, bottom-up rows)."""
+    le = lambda i, n: int.from_bytes(head[i:i + n], "little")
+    return (le(28, 2) == 24 and le(30, 4) == 0 and le(14, 4) == 40 and le(22, 4) < 2 ** 31)
+
+
+def _tiff_has_extra_samples(head: bytes) -> bool:
+    """In Python, ``ifd0_short(..., 0x0152)``'s presence test (TIFF ExtraSamples,
+    i.e. alpha), from the first bytes (False when IFD0 lies beyond them)."""
+    order = "little" if head[:2] == b"II" else "big"
+    u = lambda i, n: int.from_bytes(head[i:i + n], order)
+    ifd = u(4, 4)
+    if ifd + 2 > len(head):
+        return False
+    count = min(u(ifd, 2), EXIF_ENTRIES)
+    return any(u(ifd + 2 + 12 * i, 2) == 0x0152 for i in range(count)
+               if ifd + 14 + 12 * i <= len(head))
+
+
+def bytes_text(values):
+    """In graph: byte values (an integer vector) as the text inside a Python bytes
+    literal, e.g. ``hello th`` or ``\\x00\\x01ab`` (``formats.BYTE_TEXT``; the
+    same words as ``formats.describe_start``). Built only on the bad-file path."""
+    return tf.strings.reduce_join(tf.gather(tf.constant(_F.BYTE_TEXT),
+                                            tf.cast(values, tf.int32)))
 
 
 def bytes_at(contents, pos, n: int):
@@ -427,9 +460,7 @@ def diagnose(contents, fmt):
     # byte-wise search (a regex would read the bytes as UTF-8 and miss it)
     no_iend = tf.size(tf.strings.split(tail, sep="IEND")) < 2
     name = tf.gather(tf.constant(_F.NAMES + ("unknown",)), fmt)
-    first = tf.strings.reduce_join(
-        tf.strings.as_string(tf.io.decode_raw(tf.strings.substr(contents, 0, 8), tf.uint8)),
-        separator=" ")
+    first = bytes_text(tf.io.decode_raw(tf.strings.substr(contents, 0, 8), tf.uint8))
     reason = tf.strings.join(["corrupt ", name, " data (the decoder failed on it)"])
     reason = tf.where((fmt == _F.GIF) & tf.not_equal(
         tf.strings.substr(contents, tf.maximum(size - 1, 0), 1), b"\x3b"),
@@ -438,7 +469,7 @@ def diagnose(contents, fmt):
     reason = tf.where((fmt == _F.JPEG) & tf.not_equal(tail2, b"\xff\xd9"),
                       "truncated JPEG (no end-of-image marker)", reason)
     reason = tf.where(fmt == _F.UNKNOWN, tf.strings.join(
-        ["not an image (first bytes ", first, ")"]), reason)
+        ["not an image (first bytes b'", first, "')"]), reason)
     reason = tf.where(size == 0, "empty file (0 bytes)", reason)
     return reason
 
@@ -522,16 +553,92 @@ class Decoder:
         self.fallback = fallback
         self.core_webp = stack.core_webp()
         self.plugins = pillow_plugins() if fallback else set()
+        self._fallback_seen: Set[str] = set()   # kinds the fallback has logged
+        self._fallback_lock = threading.Lock()
 
     def placeholder(self):
         return tf.zeros([1, 1, self.channels], tf.uint8)
 
-    # ------------------------------------------------------------ formats
+    # ------------------------------------------------------- the fallback, marked
+    def takes_fallback(self, head: bytes) -> bool:
+        """Whether a file with these first bytes (at least 64; 4 KB for a TIFF) is
+        decoded by the Pillow fallback here: the routing of ``decode`` in Python,
+        for ``scan``'s report and the factories' log line."""
+        if not self.fallback:
+            return False
+        fmt = _F.sniff_bytes(head)
+        if fmt == "bmp":
+            return not self.bmp_in_graph and not _plain_bmp(head)
+        if fmt == "webp":
+            animated = head[12:16] == b"VP8X" and len(head) > 20 and bool(head[20] & 2)
+            return animated or not (self.core_webp or "webp" in self.tfio_formats)
+        if fmt == "tiff":
+            if "tiff" in self.tfio_formats:
+                return _tiff_has_extra_samples(head)
+            return not self.tfio_unusable
+        if fmt == "heif":
+            return "heif" in self.plugins
+        if fmt == "avif":
+            return ("avif" not in self.tfio_formats and not self.tfio_unusable
+                    and "avif" in self.plugins)
+        return False
+
+    def fallback_extensions(self) -> Set[str]:
+        """The formats whose files are all decoded by the Pillow fallback here, by
+        their extension ("heif", ...): counted at build time (``fallback_note``)."""
+        if not self.fallback:
+            return set()
+        out = set()
+        if "heif" in self.plugins:
+            out.add("heif")
+        if "avif" not in self.tfio_formats and not self.tfio_unusable and "avif" in self.plugins:
+            out.add("avif")
+        if not self.core_webp and "webp" not in self.tfio_formats:
+            out.add("webp")
+        if "tiff" not in self.tfio_formats and not self.tfio_unusable:
+            out.add("tiff")
+        return out
+
+    def fallback_note(self, paths: Sequence[str]) -> str:
+        """"" or one line: how many of ``paths`` the Pillow fallback will decode, by
+        extension (files whose content differs from their name are logged when
+        met, see ``_fallback``)."""
+        slow = self.fallback_extensions()
+        if slow:
+            slow &= _F.hinted_formats(paths)  # one str.endswith per path
+        if not slow:
+            return ""
+        counts: Dict[str, int] = {}
+        for p in paths:
+            f = _F.from_extension(p)
+            if f in slow:
+                counts[f] = counts.get(f, 0) + 1
+        if not counts:
+            return ""
+        kinds = ", ".join(f"{n} {_F.NAMES[_F.FORMATS.index(f)]}" for f, n in sorted(counts.items()))
+        return (f"pipeline: {sum(counts.values())} file(s) decoded by the Pillow fallback "
+                f"(slow path: Python in a py_function, holds the GIL): {kinds}")
+
     def _fallback(self, contents):
-        """Slow path: Pillow in a py_function (see the module docstring)."""
+        """Slow path: Pillow in a py_function (see the module docstring). The first
+        file of each kind (``formats.variant``) decoded here is logged, once per
+        decoder: the fallback is never silent."""
         c = self.channels
-        img = tf.py_function(lambda b: pillow_decode(b.numpy(), c), [contents], tf.uint8,
-                             name=FALLBACK_OP_NAME)
+        seen, lock = self._fallback_seen, self._fallback_lock
+
+        def run(b):
+            data = b.numpy()
+            kind = _F.variant(data[:4096])
+            with lock:
+                first = kind not in seen
+                seen.add(kind)
+            if first:
+                logging.warning("pipeline: %s file(s) are decoded by the Pillow fallback "
+                                "(slow path: Python in a py_function, holds the GIL); "
+                                "converting them to JPEG or PNG avoids it", kind)
+            return pillow_decode(data, c)
+
+        img = tf.py_function(run, [contents], tf.uint8, name=FALLBACK_OP_NAME)
         img.set_shape([None, None, c])
         return img
 
@@ -775,9 +882,9 @@ class Decoder:
             reason = tf.strings.format("header claims {}x{} pixels > max_pixels={}",
                                        (w, h, self.max_pixels))
             n = tf.minimum(8, tf.strings.length(contents))  # no made-up zero padding
-            first = tf.strings.reduce_join(tf.strings.as_string(head[:n]), separator=" ")
+            first = bytes_text(head[:n])
             unknown = tf.where(tf.equal(tf.strings.length(contents), 0), "empty file (0 bytes)",
-                               tf.strings.join(["not an image (first bytes ", first, ")"]))
+                               tf.strings.join(["not an image (first bytes b'", first, "')"]))
             return self.placeholder(), tf.where(fmt == _F.UNKNOWN, unknown, reason)
 
         def other(fn):

@@ -63,9 +63,21 @@ def sniff_bytes(head: bytes) -> Optional[str]:
     return None
 
 
+def _byte_text(b: int) -> str:
+    """One byte as it shows inside a single-quoted Python bytes literal."""
+    return "\\'" if b == 0x27 else repr(bytes([b]))[2:-1]
+
+
+# Per byte value, its text inside b'...' (printable ASCII as itself, \n, \xff, ...):
+# the graph builds the same text as describe_start with one gather (``pipeline.decode``).
+BYTE_TEXT = tuple(_byte_text(b) for b in range(256))
+
+
 def describe_start(head: bytes) -> str:
-    """The reason for bytes that match no signature (the same words as in graph)."""
-    return f"not an image (first bytes {' '.join(str(b) for b in bytes(head[:8]))})"
+    """The reason for bytes that match no signature (the same words as in graph):
+    its first 8 bytes as a Python bytes literal, e.g. "not an image (first bytes
+    b'hello th')"."""
+    return "not an image (first bytes b'" + "".join(BYTE_TEXT[b] for b in bytes(head[:8])) + "')"
 
 
 def from_extension(path: str) -> Optional[str]:

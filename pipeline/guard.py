@@ -14,7 +14,9 @@ transform stages eagerly, so a failure after decoding (e.g. a resize) is
 named as such and not blamed on the file's data. A JPEG without its
 end-of-image marker is named from its bytes, without that second decode (see
 ``diagnose``); each bad file is diagnosed once per dataset. An expected element count
-catches elements lost upstream of the map (a corrupt TFRecord shard).
+catches elements lost upstream of the map (a corrupt TFRecord shard). The
+check also counts the elements it delivers: with ``on_error="skip"``, an
+epoch that delivered none (every file bad) fails at its sentinel.
 Besides the map, one function call per chunk runs on the consumer thread.
 """
 
@@ -286,11 +288,21 @@ def chunked(plan, sentinel, seeds, empty_key):
                    tf.autograph.experimental.do_not_convert(remember)).unbatch()
 
 
+def initial_state():
+    """The start state of ``check_fn``'s ``scan``: no position seen, none delivered."""
+    return (tf.constant(-1, tf.int64), tf.constant(0, tf.int64))
+
+
 def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
              lost_detail: Optional[Callable]):
     """The ``scan`` function that applies the on_error policy to a chunk of mapped elements.
 
-    Elements are ``(image, label, weight, key, pos, window, reason)``.
+    Elements are ``(image, label, weight, key, pos, window, reason)``; the state
+    is ``(last position, elements delivered this epoch)``, initially ``(-1, 0)``
+    (``initial_state``). With ``on_error="skip"``, an epoch whose every element
+    was bad fails at its end (the sentinel) instead of ending empty; with
+    several input pipelines (``input_context``), one whose share was all bad
+    prints a warning instead (the others may deliver).
     """
     raise_mode = opts.on_error == "raise"
     python_ok = not opts.service  # py_function cannot run on service workers
@@ -308,7 +320,24 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
         contents = tf.io.read_file(path)
         return decode_lib.diagnose(contents, decode_lib.sniff(contents))
 
-    def check(last, batch):
+    def nothing_delivered(count):
+        """The failure of an epoch whose every element was bad (``on_error="skip"``):
+        without it the epoch would end with no element, and ``model.fit`` would
+        "finish" with zero steps."""
+        head = tf.strings.format(
+            "pipeline: every file of this epoch was bad ({} of {}), so it delivered "
+            "nothing: on_error=skip skipped them all.", (count, count))
+        if python_ok:
+            def summary_py():
+                return (f"{error_log.summary(3)} The full list: pipeline.errors(dataset).")
+            detail = tf.py_function(summary_py, [], tf.string, name=RECORDER_OP_NAME)
+            detail.set_shape([])
+        else:
+            detail = tf.constant("The reasons are on the tf.data service workers' stderr.")
+        return tf.strings.join([head, " ", detail])
+
+    def check(state, batch):
+        last, delivered = state
         image, y, weight, key, pos, window, reason = batch
         prev = tf.concat([tf.reshape(last, [1]), pos[:-1]], 0)
         missing = pos - prev - 1                       # files lost before each element
@@ -430,8 +459,29 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
                     return tf.identity(keep)
 
         keep = tf.cond(any_lost | tf.reduce_any(bad), fail, lambda: keep)
+        delivered = delivered + tf.reduce_sum(tf.cast(keep, tf.int64))
+        if not raise_mode:
+            # At the end of the epoch (the sentinel, whose position is the number of
+            # elements the plan gave): none delivered out of some is a failure.
+            count = tf.reduce_max(tf.where(sentinel_, pos, -1))
+            empty = (count > 0) & tf.equal(delivered, 0)
+
+            def fail_empty():
+                if opts.num_pipelines > 1:
+                    # One share of several (input_context): the others may deliver, so
+                    # this pipeline's empty epoch is a warning, not a failure.
+                    m = tf.strings.join([nothing_delivered(count), tf.strings.format(
+                        " (input pipeline {} of {}: a warning, the others may deliver)",
+                        (opts.pipeline_id, opts.num_pipelines))])
+                    done = tf.print(m, output_stream=sys.stderr)
+                else:
+                    done = tf.debugging.Assert(False, [nothing_delivered(count)])
+                with tf.control_dependencies([done]):
+                    return tf.identity(keep)
+
+            keep = tf.cond(empty, fail_empty, lambda: keep)
         out = (image, y, weight, key)
-        return pos[-1], tf.cond(tf.reduce_all(keep), lambda: out,
+        return (pos[-1], delivered), tf.cond(tf.reduce_all(keep), lambda: out,
                                 lambda: tuple(tf.boolean_mask(t, keep) for t in out))
 
     return check

@@ -44,6 +44,8 @@ class Index:
             (dangling links, link loops, truncated TIFFs, missing files).
         left_out: paths of files the listing left out because their
             extension is not an image extension (hidden files not counted).
+        duplicates: {path: manifest line numbers} for each file a manifest
+            lists more than once (each row is still delivered).
     """
     paths: List[str]
     labels: Optional[np.ndarray]
@@ -51,6 +53,7 @@ class Index:
     weights: Optional[np.ndarray] = None
     errors: Dict[int, str] = dataclasses.field(default_factory=dict)
     left_out: List[str] = dataclasses.field(default_factory=list)
+    duplicates: Dict[str, List[int]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.labels is not None and not isinstance(self.labels, np.ndarray):

@@ -13,7 +13,9 @@ import json
 import math
 import os
 import posixpath
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
+
+from absl import logging
 
 from pipeline import checks
 from pipeline import index as index_lib
@@ -278,7 +280,32 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
             raise FileNotFoundError(f"{manifest}, line {line_no}: {why}: {path!r}")
         errors[row] = f"{why} (listed on line {line_no} of {os.path.basename(manifest)})"
     errors = index_lib.check_tiffs(paths, errors)
-    return index_lib.Index(paths, labels, class_names, weights, errors), label_mode
+    duplicates = find_duplicates(paths, lines)
+    if duplicates:
+        logging.warning("pipeline: %s; every row is delivered as listed (a file listed "
+                        "twice is read twice per epoch)", describe_duplicates(manifest, duplicates))
+    return index_lib.Index(paths, labels, class_names, weights, errors,
+                           duplicates=duplicates), label_mode
+
+
+def find_duplicates(paths: Sequence[str], lines: Sequence[int]) -> Dict[str, List[int]]:
+    """{path: the manifest lines it is on} for each resolved path listed more than
+    once, in the order first met."""
+    where: Dict[str, List[int]] = {}
+    for path, line_no in zip(paths, lines):
+        where.setdefault(path, []).append(line_no)
+    return {p: ls for p, ls in where.items() if len(ls) > 1}
+
+
+def describe_duplicates(manifest: str, duplicates: Dict[str, List[int]], limit: int = 3) -> str:
+    """One line: how many files are listed more than once, the first ``limit`` with
+    their lines, e.g. "train.csv lists 2 file(s) more than once: a.jpg (lines 2, 5),
+    ..." """
+    shown = [f"{p} (lines {', '.join(map(str, ls))})" for p, ls in
+             list(duplicates.items())[:limit]]
+    more = f", ... and {len(duplicates) - limit} more" if len(duplicates) > limit else ""
+    return (f"{manifest} lists {len(duplicates)} file(s) more than once: "
+            f"{', '.join(shown)}{more}")
 
 
 def _labels(raw_labels, label_columns, label_mode, class_names):

@@ -43,6 +43,8 @@ MAX_HEAD_BYTES = 1 << 20
 UNREADABLE = "unreadable (cannot be read)"
 EMPTY = "empty file (0 bytes)"
 NOT_AN_IMAGE = "not an image (no known format)"
+# Appended to the variant of a file that the Pillow fallback decodes (the slow path).
+FALLBACK_MARK = " (Pillow fallback)"
 
 
 def _variant_row(head: bytes, read_at=None) -> str:
@@ -107,13 +109,18 @@ class ScanReport:
         bad_files: list of {"path", "reason"}.
         total_bytes: int, sum of file sizes.
         per_variant: {format variant from the header (``formats.variant``,
-            e.g. "JPEG progressive 4:2:0 EXIF", "BMP 8-bit RLE8 v3"): count};
+            e.g. "JPEG progressive 4:2:0 EXIF", "BMP 8-bit RLE8 v3"): count;
+            a variant that the slow Pillow fallback decodes here is marked,
+            e.g. "HEIC/HEIF (heic) (Pillow fallback)"};
             every file is counted once, the counts add up to ``num_files``:
             a file with no variant is counted under "unreadable (cannot be
             read)", "empty file (0 bytes)" or "not an image (no known
             format)".
         left_out: paths the listing left out (not an image extension).
         stack: one line on the optional decoders here (tensorflow-io).
+        duplicates: list of {"path", "lines"}: files a manifest lists on
+            more than one line (the factories deliver every row; the file
+            is counted once per row in the other fields).
     """
     num_files: int
     num_ok: int
@@ -127,6 +134,7 @@ class ScanReport:
     per_variant: Dict[str, int] = dataclasses.field(default_factory=dict)
     left_out: List[str] = dataclasses.field(default_factory=list)
     stack: str = ""
+    duplicates: List[dict] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -163,6 +171,11 @@ class ScanReport:
                 out.append(f"  {p}")
             if len(self.left_out) > 50:
                 out.append(f"  ... and {len(self.left_out) - 50} more")
+        if self.duplicates:
+            out.append(f"\nlisted more than once ({len(self.duplicates)}; each row is "
+                       "delivered)")
+            for d in self.duplicates:
+                out.append(f"  {d['path']}: lines {', '.join(map(str, d['lines']))}")
         if self.bad_files:
             out.append(f"\nbad files ({len(self.bad_files)})")
             for b in self.bad_files:
@@ -301,12 +314,19 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
         contents, err = read.try_read(idx.paths[k])
         row_fmt[k] = formats.sniff_bytes(contents[:16]) if contents else None
         row_variant[k] = UNREADABLE if err else _variant_row(contents)
+        if contents and decoder.takes_fallback(contents[:HEAD_BYTES]):
+            row_variant[k] += FALLBACK_MARK
         return guard.diagnose(contents, err, decoder.decode, lambda img: img)
 
-    with native_stderr.dropping(native_stderr.TRUNCATED_JPEG):
-        for k, shape, reason, head in tqdm(ds.as_numpy_iterator(), total=len(idx),
-                                           unit="file", desc=desc, disable=not progress,
-                                           file=sys.stderr):
+    # The bar advances by rows, not by elements: an element whose decoder raised
+    # (a truncated JPEG) never arrives, and is counted when the next one does
+    # (or at the end), so the bar reaches the file count.
+    bar = tqdm(total=len(idx), unit="file", desc=desc, disable=not progress, file=sys.stderr)
+    done = -1
+    with bar, native_stderr.dropping(native_stderr.TRUNCATED_JPEG):
+        for k, shape, reason, head in ds.as_numpy_iterator():
+            bar.update(int(k) - done)
+            done = int(k)
             reason = reason.decode("utf-8", "replace")
             row_fmt[int(k)] = formats.sniff_bytes(head) if head else None
             if len(head) >= MAX_HEAD_BYTES:  # a JPEG's frame header may lie further still
@@ -314,10 +334,13 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
                     row_variant[int(k)] = _variant_row(head, more)
             elif head:
                 row_variant[int(k)] = _variant_row(head)
+            if head and decoder.takes_fallback(head):
+                row_variant[int(k)] += FALLBACK_MARK
             if reason:
                 bad.append((int(k), reason))
             else:
                 sides[_bucket_label_side(int(max(shape)))] += 1
+        bar.update(len(idx) - 1 - done)
         bad += [(k, why(k)) for k in range(len(idx)) if k not in row_fmt]
     for k in range(len(idx)):
         if k not in row_variant:  # refused before reading (e.g. missing), or empty
@@ -344,5 +367,6 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
         max_side_histogram={k: sides[k] for k in order_s if sides[k]},
         extension_mismatches=mism, bad_files=bad,
         total_bytes=int(sizes.clip(0).sum()), per_variant=dict(variants.most_common()),
-        left_out=list(idx.left_out), stack=stack_line())
+        left_out=list(idx.left_out), stack=stack_line(),
+        duplicates=[{"path": p, "lines": list(ls)} for p, ls in idx.duplicates.items()])
 

@@ -163,6 +163,11 @@ def from_manifest(manifest, path_column: str = "path", label_columns=None, root=
         class_names: sequence of str or None; fixes the class order.
         **options: the image options, see ``pipeline.config.ImageOptions``.
 
+    Every row is delivered as listed: a file listed on several lines is read
+    once per row each epoch (oversampling on purpose works). Such files are
+    named, with their lines (the first few), in one logged warning; ``scan``
+    of the manifest lists them all (``ScanReport.duplicates``).
+
     Returns:
         As ``from_directory``; ``(images, labels, sample_weights)`` with a
         ``weight_column``.

@@ -264,6 +264,13 @@ def cpp_log_status() -> CppLogStatus:
     return _cpp_log
 
 
+# Which BMP variants go where (pipeline.decode.Decoder._bmp).
+BMP_DECODERS = ("tensorflow (24-bit uncompressed); other variants (1/4/8-bit palettes, RLE, "
+                "16/32-bit, bit fields, OS/2, v4/v5, top-down): pipeline.bmp graph ops when "
+                "some file is named .bmp/.dib, else (BMP content under another extension) "
+                "the Pillow fallback (slow path)")
+
+
 def doctor() -> dict:
     """A report of the stack: versions, decoders, filesystems, CPUs, decode parallelism.
 
@@ -274,7 +281,7 @@ def doctor() -> dict:
     webp = ("tensorflow (tf.io.decode_webp)" if core_webp()
             else "tensorflow-io" if tfio_ok else None)
     decoders = {"JPEG": "tensorflow", "PNG": "tensorflow", "GIF": "tensorflow",
-                "BMP": "tensorflow", "WebP": webp,
+                "BMP": BMP_DECODERS, "WebP": webp,
                 "TIFF": "tensorflow-io" if tfio_ok else None,
                 "AVIF": "tensorflow-io" if tfio_ok else None}
     schemes = _schemes()  # after the probe: tensorflow-io registers its schemes on import

@@ -9,6 +9,7 @@ from PIL import Image
 
 import pipeline
 from pipeline import formats
+from conftest import drain
 
 BASE = (np.indices((37, 53)).sum(0)[..., None] * [3, 5, 7] % 256).astype(np.uint8)
 
@@ -16,7 +17,7 @@ BASE = (np.indices((37, 53)).sum(0)[..., None] * [3, 5, 7] % 256).astype(np.uint
 def _decode(path, **kw):
     ds = pipeline.from_paths([path], image_size=None, batch_size=None, shuffle=False,
                              on_error="skip", **kw)
-    out = [x for x in ds.as_numpy_iterator()]
+    out = drain(ds)
     return (out[0] if out else None), pipeline.errors(ds)
 
 

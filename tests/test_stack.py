@@ -89,7 +89,11 @@ def test_doctor_report():
     assert r["tensorflow_io"] == {"version": st.version, "ops_load": st.available,
                                   "reason": st.reason}
     d = r["decoders"]
-    assert all(d[k] == "tensorflow" for k in ("JPEG", "PNG", "GIF", "BMP"))
+    assert all(d[k] == "tensorflow" for k in ("JPEG", "PNG", "GIF"))
+    # issue 15: the doctor line for BMP says which variants take the Pillow fallback
+    assert d["BMP"] == stack.BMP_DECODERS
+    assert d["BMP"].startswith("tensorflow (24-bit uncompressed); other variants")
+    assert "Pillow fallback" in d["BMP"] and "pipeline.bmp" in d["BMP"]
     assert (d["WebP"] is not None) == (stack.core_webp() or st.available)
     assert (d["TIFF"] is not None) == st.available
     fs = r["filesystems"]

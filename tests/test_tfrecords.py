@@ -224,7 +224,7 @@ def _with_bad_files(folder):
     open(os.path.join(folder, "eel", "zero.png"), "wb").close()
     bad = {os.path.join(folder, "cat", "photo.jpg"): "truncated JPEG (no end-of-image marker)",
            os.path.join(folder, "dog", "notes.jpg"):
-               "not an image (first bytes 110 111 116 32 97 110 32 105)",
+               "not an image (first bytes b'not an i')",
            os.path.join(folder, "eel", "zero.png"): "empty file (0 bytes)"}
     return good, bad
 
