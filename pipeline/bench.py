@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import math
 import os
 import statistics
@@ -227,22 +228,84 @@ def run_candidate(spec: dict, timeout: Optional[float] = None, progress: bool = 
     spec = dict(spec, progress=progress)
     if spec["name"] in MODULES:
         spec.setdefault("module", MODULES[spec["name"]])
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.bench", json.dumps(spec)],
-        stdout=subprocess.PIPE, stderr=None if progress else subprocess.PIPE,
-        text=True, timeout=timeout, env=env)
+    cmd = [sys.executable, "-m", "pipeline.bench", json.dumps(spec)]
+    if progress:  # the child's stderr (its bars, its error) shows live and is kept
+        proc = _run_showing_stderr(cmd, env, timeout)
+    else:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=timeout, env=env)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
     if proc.returncode != 0 or not lines:
         err = error_tail(proc.stderr or "") if not progress else (
             "its error is printed above")
         if proc.returncode == 0:
             err = "it printed no result line"
-        hint = ("" if spec.get("on_error") == "skip" else
-                " A folder with bad files: --on_error=skip, or find them with "
-                "`python -m pipeline scan`.")
+        # The bad-files hint only where the failure is about a file.
+        hint = (" A folder with bad files: --on_error=skip, or find them with "
+                "`python -m pipeline scan`." if spec.get("on_error") != "skip"
+                and about_files(proc.stderr or "") else "")
         raise RuntimeError(f"benchmark candidate {spec['name']!r} failed "
                            f"(exit {proc.returncode}): {err}.{hint}")
     return json.loads(lines[-1])
+
+
+def _run_showing_stderr(cmd: List[str], env: dict, timeout: Optional[float],
+                        keep: int = 1 << 16) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd)`` whose stderr is shown as it comes (progress bars) and
+    whose last ``keep`` bytes are returned too (to tell what a failure was about)."""
+    import threading
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    tail = bytearray()
+
+    def pump():
+        out = getattr(sys.stderr, "buffer", None)
+        while True:
+            chunk = os.read(proc.stderr.fileno(), 65536)
+            if not chunk:
+                return
+            if out is not None:
+                out.write(chunk)
+                out.flush()
+            else:
+                sys.stderr.write(chunk.decode("utf-8", "replace"))
+                sys.stderr.flush()
+            tail.extend(chunk)
+            del tail[:-keep]
+
+    stdout = []
+    threads = [threading.Thread(target=pump, daemon=True),
+               threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        for t in threads:
+            t.join(10)
+        proc.stdout.close()
+        proc.stderr.close()
+    return subprocess.CompletedProcess(cmd, proc.returncode,
+                                       (stdout[0] if stdout else b"").decode("utf-8", "replace"),
+                                       tail.decode("utf-8", "replace"))
+
+
+# What a failure about a file says: pipeline's own reason, or TensorFlow's and Keras'
+# decoders' (a peer meeting a bad file).
+_FILE_FAILURE = re.compile(
+    r"cannot load file|bad files?\b|Invalid JPEG data|Unknown image file format|"
+    r"Input is empty|Premature end of JPEG|truncated|decode_(?:jpeg|png|image|gif|bmp)|"
+    r"DecodeJpeg|DecodePng|DecodeImage|cannot identify image file|image file is truncated")
+
+
+def about_files(stderr: str) -> bool:
+    """True when a failed candidate's ``stderr`` (its last lines) is about a file that
+    could not be read or decoded, the case the ``--on_error=skip`` hint is for."""
+    return bool(_FILE_FAILURE.search(error_tail(stderr)))
 
 
 def error_tail(stderr: str, max_chars: int = 800) -> str:
@@ -507,8 +570,9 @@ def _cell(value, width: int, decimals: int) -> str:
 
 
 def format_table(results: Dict[str, dict], reference: str = "pipeline") -> str:
-    """A text table of the figures; the last column is the reference's images/s
-    divided by the candidate's (how many times faster the reference is).
+    """A text table of the figures; the last column is the reference's median
+    images/s divided by the candidate's (the ratio of the medians, where
+    ``headline`` gives the median of the per-round ratios).
     images/s, img/CPU-s and cores are steady-state figures (after each
     epoch's first batch); "start CPU s" is the CPU cost of starting an epoch."""
     ref = results.get(reference, {}).get("images_per_sec")
@@ -532,7 +596,10 @@ def format_table(results: Dict[str, dict], reference: str = "pipeline") -> str:
     rows.append("(medians over the runs; spread: min-max images/s; steady state after each "
                 "epoch's first batch; start CPU s: CPU seconds")
     rows.append(" from starting an epoch to its first batch;")
-    rows.append(f" pipe/it: {reference}'s images/s divided by that candidate's)")
+    rows.append(f" pipe/it: the ratio of the medians, {reference}'s median images/s divided "
+                "by that candidate's; the summary's")
+    rows.append(f" '{reference} / candidate' lines are the median of the per-round ratios "
+                "instead, so the two can differ)")
     return "\n".join(rows)
 
 

@@ -41,6 +41,11 @@ DEFAULT_HEADROOM = 1.25
 DEFAULT_WORKER_CORES = 8
 
 
+def _n(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless ``count`` is 1: "1 worker", "2 workers"."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 @dataclasses.dataclass(frozen=True)
 class CapacityPlan:
     """What it takes to feed ``target_images_per_sec`` (see ``capacity_plan``).
@@ -85,7 +90,7 @@ class CapacityPlan:
             lines += [f"measured: {m['num_images']} images in {m['data_dir']}, "
                       f"image_size={m['image_size'][0]}x{m['image_size'][1]}, "
                       f"{'train (random resized crop + flip)' if m['augment'] else 'eval'} "
-                      f"mode, {m['cores_used']:.2f} of {m['machine_cores']} cores busy",
+                      f"mode, {m['cores_used']:.2f} of {_n(m['machine_cores'], 'core')} busy",
                       f"cost: {self.images_per_cpu_sec:.0f} images per CPU-second{spread}"]
         else:
             lines.append(f"cost: {self.images_per_cpu_sec:.0f} images per CPU-second (given)")
@@ -93,10 +98,11 @@ class CapacityPlan:
             f"target: {self.target_images_per_sec:,.0f} images/s; headroom x{self.headroom:g} "
             f"-> plan for {self.target_images_per_sec * self.headroom:,.0f} images/s",
             f"cores: {self.target_images_per_sec:,.0f} x {self.headroom:g} / "
-            f"{self.images_per_cpu_sec:.0f} = {self.cores_exact:,.1f} -> {self.cores} cores",
-            f"tf.data service workers of {self.worker_cores} cores "
+            f"{self.images_per_cpu_sec:.0f} = {self.cores_exact:,.1f} -> "
+            f"{_n(self.cores, 'core')}",
+            f"tf.data service workers of {_n(self.worker_cores, 'core')} "
             f"({self.worker_images_per_sec:,.0f} images/s each at full speed): "
-            f"{self.workers} workers ({self.workers * self.worker_cores} cores, "
+            f"{_n(self.workers, 'worker')} ({_n(self.workers * self.worker_cores, 'core')}, "
             f"{self.fleet_images_per_sec:,.0f} images/s flat out)",
             f"the headroom ({100 * (self.headroom - 1):.0f}% spare) covers the service's own "
             "work on the workers (serializing, compressing, gRPC), uneven load and slower "

@@ -20,21 +20,26 @@ package reads absl flags). Commands:
 ``pipeline CMD --help`` shows one command's usage and flags; ``--helpfull``
 lists every absl flag (TensorFlow's included). Exit status: 0 success, 1 a
 command's own failure (``scan`` found bad files; ``convert`` met bad files
-with --on_error=raise), 2 a usage error (unknown command, bad or missing
-argument, bad flag value) or a source that cannot be read. A usage error names the argument as the user typed it (SRC, OUT,
+with --on_error=raise; a ``bench`` candidate failed), 2 a usage error
+(unknown command, bad or missing argument, bad flag value, an output that
+cannot be written) or a source that cannot be read. A usage error names the argument as the user typed it (SRC, OUT,
 --flag: ``user_names``), never the library's Python name for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
+import logging as std_logging
 import math
 import os
 import re
 import shlex
+import socket
 import sys
+import tempfile
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags, logging
@@ -268,27 +273,66 @@ def usage_error(message: str) -> app.UsageError:
     return app.UsageError(message, exitcode=USAGE_ERROR)
 
 
+def _probe_write(folder: str) -> Optional[str]:
+    """None if a file can be created in the existing folder ``folder``, else why not.
+
+    A real probe, not ``os.access`` (which says yes to root everywhere, /proc and
+    /sys included): an anonymous temporary file, created and removed at once, so
+    that nothing is left behind.
+    """
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
+def _nearest_existing(path: str) -> str:
+    """``path`` or its nearest ancestor that exists (absolute)."""
+    parent = os.path.abspath(path)
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    return parent
+
+
 def _check_writable(flag: str) -> None:
-    """Usage error unless the file ``--flag`` names can be written; creates nothing.
+    """Usage error unless the file ``--flag`` names can be written; leaves nothing.
 
     Every command's output-file flag (``--json_out``) is checked so, before
-    any work, so that a typo fails at once, naming the flag and its value.
+    any work, so that a typo fails at once, naming the flag and its value: an
+    existing file is opened for append (nothing truncated), a new one is probed
+    by creating an anonymous temporary file in its folder.
     """
     path = getattr(FLAGS, flag)
     given = f"Received: --{flag}={path!r}"
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise usage_error(f"--{flag} is a folder, not a file. {given}")
-    if not os.path.isdir(folder):
+    existing = _nearest_existing(folder)
+    if not os.path.isdir(existing):
+        raise usage_error(f"--{flag}: {existing!r} is a file, not a folder: cannot write "
+                          f"{path!r} in it. {given}")
+    if existing != folder:
         raise usage_error(f"--{flag}: folder {folder!r} does not exist. {given}")
-    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
-        raise usage_error(f"--{flag}: cannot write {path!r} (permission denied). {given}")
+    if os.path.exists(path):
+        try:
+            with open(path, "a"):
+                pass
+            why = None
+        except OSError as e:
+            why = e.strerror or str(e)
+    else:
+        why = _probe_write(folder)
+    if why:
+        raise usage_error(f"--{flag}: cannot write {path!r} ({why}). {given}")
 
 
 def _check_folder(label: str, path: str) -> None:
     """Usage error unless the local folder ``path`` (named ``label``: ``--flag`` or
-    ``OUT``) exists or can be created; creates nothing. URIs are left to their file
-    system."""
+    ``OUT``) exists or can be created and written; leaves nothing (a probe file is
+    created and removed in it, or in its nearest existing ancestor). URIs are left
+    to their file system."""
     if "://" in path:
         return
     given = f"Received: {label}={path!r}"
@@ -296,15 +340,15 @@ def _check_folder(label: str, path: str) -> None:
     if os.path.exists(full) and not os.path.isdir(full):
         raise usage_error(f"{label} must be a folder (new or existing); {path!r} is a file. "
                           f"{given}")
-    parent = full
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
+    parent = _nearest_existing(full)
     if not os.path.isdir(parent):
         raise usage_error(f"{label}: cannot create folder {path!r}: {parent!r} is a file. "
                           f"{given}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise usage_error(f"{label}: cannot create or write folder {path!r} in {parent!r} "
-                          f"(permission denied). {given}")
+    why = _probe_write(parent)
+    if why:
+        what = (f"cannot write in folder {path!r}" if parent == full else
+                f"cannot create folder {path!r} in {parent!r}")
+        raise usage_error(f"{label}: {what} ({why}). {given}")
 
 
 class _DropLogLines:
@@ -346,17 +390,25 @@ def _json_safe(obj):
     return obj
 
 
-def _write_json(path: Optional[str], obj) -> None:
-    """Writes ``obj`` as JSON to ``path`` (``--json_out``; checked before the work by
-    ``_check_writable``): a failure is a usage error naming --json_out."""
+def _write_text(path: Optional[str], text: str, flag: str = "json_out") -> None:
+    """Writes ``text`` to ``path`` (``--flag``; checked before the work by
+    ``_check_writable``): any failure is a usage error naming the flag."""
     if path:
         try:
             with open(path, "w") as f:
-                json.dump(_json_safe(obj), f, indent=2, default=str, allow_nan=False)
+                f.write(text)
         except OSError as e:
-            raise usage_error(f"--json_out: cannot write {path!r} ({e.strerror or e}). "
-                              f"Received: --json_out={path!r}") from None
+            raise usage_error(f"--{flag}: cannot write {path!r} ({e.strerror or e}). "
+                              f"Received: --{flag}={path!r}") from None
         print(f"wrote {path}")
+
+
+def _write_json(path: Optional[str], obj) -> None:
+    """Writes ``obj`` as JSON to ``path`` (``--json_out``): a failure is a usage error
+    naming --json_out."""
+    if path:
+        _write_text(path, json.dumps(_json_safe(obj), indent=2, default=str,
+                                     allow_nan=False))
 
 
 def _parse_size(values) -> List[int]:
@@ -371,6 +423,36 @@ def _parse_size(values) -> List[int]:
             "--image_size must be HEIGHT,WIDTH positive integers. Received: "
             f"--image_size={_as_typed(values)}")
     return size
+
+
+SEED_MAX = 2**32 - 1
+
+
+def _check_seed() -> None:
+    """Usage error unless --seed is an int in [0, 2**32 - 1], what every consumer of it
+    accepts (numpy's and Keras' seeds are unsigned 32-bit)."""
+    if not 0 <= FLAGS.seed <= SEED_MAX:
+        raise usage_error(
+            f"--seed must be an integer from 0 to {SEED_MAX} (2**32 - 1: numpy's and Keras' "
+            f"seeds, which the bench candidates use, are unsigned 32-bit). "
+            f"Received: --seed={FLAGS.seed}")
+
+
+def _check_source(label: str, path: str, manifest_ok: bool = True) -> None:
+    """Usage error unless the local ``path`` (named ``label``: SOURCE, SRC, --data_dir)
+    exists and is a folder (or, with ``manifest_ok``, a .csv / .jsonl manifest). URIs
+    (anything with ``://``) are left to the library's checks after TensorFlow loads."""
+    if "://" in path:
+        return
+    given = f"Received: {label}={path!r}"
+    accepted = ("a folder or a manifest (.csv / .jsonl; .tsv / .json too)" if manifest_ok
+                else "a folder")
+    if not os.path.exists(path):
+        raise usage_error(f"{label} does not exist: {path!r}")  # as the library says it
+    if os.path.isdir(path) or (manifest_ok and checks.is_manifest(path)):
+        return
+    raise usage_error(f"{label} must be {accepted}; {path!r} is a file"
+                      + (" that is neither" if manifest_ok else "") + f". {given}")
 
 
 def _positive(name: str) -> None:
@@ -435,6 +517,9 @@ def _check_bench(argv: List[str]) -> None:
         _positive(name)
     if FLAGS.on_error not in ("raise", "skip"):
         raise usage_error(f"--on_error must be 'raise' or 'skip'. Received: {FLAGS.on_error!r}")
+    _check_seed()
+    if FLAGS.data_dir is not None:
+        _check_source("--data_dir", FLAGS.data_dir, manifest_ok=False)
     if FLAGS.max_spread is not None and not (math.isfinite(FLAGS.max_spread)
                                              and FLAGS.max_spread > 0):
         raise usage_error(f"--max_spread must be a finite number > 0. Received: "
@@ -470,7 +555,9 @@ def _check_bench(argv: List[str]) -> None:
          "to first batch and peak RSS of pipeline beside peers, each run in its own "
          "subprocess, alternated --repeats times; medians and spread (min-max) printed, "
          "and a line when the spread is too wide to trust.",
-         notes="The optional peers (torch, TF1 queue runners, Keras PyDataset, legacy "
+         notes="Exit status: 0 every candidate ran, 1 a candidate failed (pipeline or a "
+               "peer; the others' figures are still printed), 2 a usage error. "
+               "The optional peers (torch, TF1 queue runners, Keras PyDataset, legacy "
                "ImageDataGenerator, NVIDIA DALI) are in benchmarks/candidates.py: run "
                "benchmarks/peers.py for them. --profile: per-stage costs and the bottleneck "
                "instead. --plan --target_images_per_sec=N [--worker_cores=8] [--augment]: "
@@ -542,11 +629,10 @@ def cmd_bench(argv: List[str]) -> int:
           f"epochs={FLAGS.epochs}, repeats={FLAGS.repeats} (alternated), "
           f"{os.cpu_count()} CPUs")
     print(bench.format_table(results))
-    for n in names[1:]:
-        r = results[n]
-        if "error" in r:
-            lines = r["error"].strip().splitlines() or [""]
-            print(f"{n} FAILED: {lines[-1]}")
+    failed = [n for n in names[1:] if "error" in results[n]]
+    for n in failed:
+        lines = results[n]["error"].strip().splitlines() or [""]
+        print(f"{n} FAILED: {lines[-1]}")
     print()
     for line in bench.headline(results, "pipeline", names[1:], max_spread=FLAGS.max_spread):
         print(line)
@@ -565,6 +651,10 @@ def cmd_bench(argv: List[str]) -> int:
             if r is not None:
                 out[f"speedup_vs_{n}{suffix}"] = r
     _write_json(FLAGS.json_out, out)
+    if failed:
+        print(f"pipeline bench: {len(failed)} candidate{'s' if len(failed) > 1 else ''} "
+              f"failed ({', '.join(failed)}): exit status 1", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -572,6 +662,7 @@ def _check_scan(argv: List[str]) -> None:
     if len(argv) != 2:
         raise usage_error(f"scan takes one SOURCE. {_received_args(argv)}")
     _positive("max_pixels")
+    _check_source("SOURCE", argv[1])
     if FLAGS.json_out:  # fail before the scan, not after it (and create nothing yet)
         _check_writable("json_out")
 
@@ -593,10 +684,7 @@ def cmd_scan(argv: List[str]) -> int:
                              follow_links=FLAGS.follow_links, progress=FLAGS.progress,
                              allow_outside_root=FLAGS.allow_outside_root)
     print(report.table())
-    if FLAGS.json_out:
-        with open(FLAGS.json_out, "w") as f:
-            f.write(report.to_json(indent=2))
-        print(f"wrote {FLAGS.json_out}")
+    _write_text(FLAGS.json_out, report.to_json(indent=2))
     return 1 if report.bad_files else 0
 
 
@@ -604,6 +692,14 @@ def _manifest_flags() -> dict:
     """The manifest flags given (for a manifest SRC), as write_tfrecords' arguments."""
     return {k: getattr(FLAGS, k) for k in ("path_column", "label_columns", "root",
                                            "allow_outside_root") if getattr(FLAGS, k)}
+
+
+def _about_path(error: Exception, path: str) -> bool:
+    """True when ``error`` (an OSError or a TensorFlow error) names ``path`` or a file
+    in it."""
+    text = " ".join(str(x) for x in (getattr(error, "filename", None),
+                                     getattr(error, "filename2", None), error) if x)
+    return any(p and p in text for p in {path.rstrip("/"), os.path.abspath(path)})
 
 
 def _check_convert(argv: List[str]) -> None:
@@ -614,12 +710,21 @@ def _check_convert(argv: List[str]) -> None:
     _positive("max_pixels")
     if FLAGS.on_error not in ("raise", "skip"):
         raise usage_error(f"--on_error must be 'raise' or 'skip'. Received: {FLAGS.on_error!r}")
-    _check_folder("OUT", argv[2])
+    _check_seed()
     kw = _manifest_flags()
     if kw and not checks.is_manifest(argv[1]):
         raise usage_error(
-            f"{', '.join('--' + k for k in kw)} apply to a manifest SRC (.csv / .jsonl) only; "
-            f"SRC is not one. Received: SRC={argv[1]!r}")
+            f"{', '.join('--' + k for k in kw)} appl{'ies' if len(kw) == 1 else 'y'} to a "
+            f"manifest SRC (.csv / .jsonl) only; SRC is not one. Received: SRC={argv[1]!r}")
+    src, out = argv[1], argv[2]
+    _check_source("SRC", src)
+    if "://" not in src and "://" not in out and os.path.isdir(src):
+        real_src, real_out = os.path.realpath(src), os.path.realpath(out)
+        if real_out == real_src or real_out.startswith(real_src.rstrip(os.sep) + os.sep):
+            raise usage_error(
+                f"OUT must not be SRC or a folder inside it: the shards and dataset.json "
+                f"would be written among SRC's images. Received: OUT={out!r}, SRC={src!r}")
+    _check_folder("OUT", out)
 
 
 @command("convert", f"{PROG} convert SRC OUT [--num_shards=N] [--flags]",
@@ -659,6 +764,12 @@ def cmd_convert(argv: List[str]) -> int:
         for r in e.records:
             print(f"  {r.path}: {r.reason}", file=sys.stderr)
         return 1
+    except Exception as e:  # noqa: BLE001  a failure to write OUT is a usage error naming it
+        import tensorflow as tf
+        if isinstance(e, (OSError, tf.errors.OpError)) and _about_path(e, argv[2]):
+            raise usage_error(f"OUT: cannot write {argv[2]!r} ({e}). "
+                              f"Received: OUT={argv[2]!r}") from None
+        raise
     finally:
         logging.get_absl_logger().removeFilter(quiet)
     skipped = meta["skipped"]
@@ -677,16 +788,69 @@ def cmd_convert(argv: List[str]) -> int:
     return 0
 
 
+# The service flags of one role only (--port is both roles').
+SERVICE_ROLE_FLAGS = {
+    "dispatcher": ("worker_addresses", "work_dir", "fault_tolerant_mode", "worker_timeout_ms"),
+    "worker": ("dispatcher_address", "worker_address", "heartbeat_interval_ms"),
+}
+DISPATCHER_PORT = 5050
+_HOST_PORT = re.compile(r"^(?:grpc://)?(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(\d+)$")
+
+
+def _check_host_port(flag: str, value: str, typed: str) -> None:
+    """Usage error unless ``value`` is HOST:PORT with a port 1-65535 (a grpc:// prefix and
+    an [IPv6] host are accepted); ``typed`` is the flag's value as given."""
+    m = _HOST_PORT.match(value.strip())
+    if not m or not 1 <= int(m.group(2)) <= 65535:
+        each = " (each of them)" if flag.endswith("es") else ""
+        raise usage_error(f"--{flag}{each} must be HOST:PORT with a port 1-65535 (e.g. "
+                          f"localhost:{DISPATCHER_PORT}); {value!r} is not. "
+                          f"Received: --{flag}={typed}")
+
+
+def _check_port_free(role: str, port: int) -> None:
+    """Usage error if TCP ``port`` is in use: a plain bind (no SO_REUSEADDR, no
+    SO_REUSEPORT), then closed. gRPC binds with SO_REUSEPORT, so a second dispatcher on
+    the same port would otherwise start beside the first."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+        sock.bind(("", port))
+    except OSError as e:
+        default = " (the dispatcher's default)" if FLAGS.port is None else ""
+        raise usage_error(f"cannot start the {role} on --port={port}{default}: the port is in "
+                          f"use ({e.strerror or e}); choose another --port"
+                          + (" (0: any free port)" if role == "worker" else "")
+                          + f". Received: --port={port}") from None
+    finally:
+        sock.close()
+
+
 def _check_service(argv: List[str]) -> None:
     role = argv[1] if len(argv) == 2 else None
     _check_port()
     if role not in ("dispatcher", "worker"):
         raise usage_error(
             f"service takes one ROLE, 'dispatcher' or 'worker'. {_received_args(argv)}")
-    if role == "worker" and not FLAGS.dispatcher_address:
-        raise usage_error("service worker needs --dispatcher_address=HOST:PORT")
-    if role == "dispatcher" and FLAGS.work_dir:
-        _check_folder("--work_dir", FLAGS.work_dir)
+    other = "worker" if role == "dispatcher" else "dispatcher"
+    wrong = [f for f in SERVICE_ROLE_FLAGS[other] if FLAGS[f].present]
+    if wrong:
+        raise usage_error("; ".join(f"--{f} is a flag of the {other}, not the {role}"
+                                    for f in wrong) + f". Received: service {role}")
+    if role == "worker":
+        if not FLAGS.dispatcher_address:
+            raise usage_error("service worker needs --dispatcher_address=HOST:PORT")
+        _check_host_port("dispatcher_address", FLAGS.dispatcher_address,
+                         FLAGS.dispatcher_address)
+    else:
+        for address in FLAGS.worker_addresses or ():
+            _check_host_port("worker_addresses", address, _as_typed(FLAGS.worker_addresses))
+        if FLAGS.work_dir:
+            _check_folder("--work_dir", FLAGS.work_dir)
+    port = (DISPATCHER_PORT if role == "dispatcher" else 0) if FLAGS.port is None \
+        else FLAGS.port
+    if port != 0:
+        _check_port_free(role, port)
 
 
 @command("service", f"{PROG} service dispatcher|worker [--flags]",
@@ -703,11 +867,15 @@ def cmd_service(argv: List[str]) -> int:
     if argv[1] == "dispatcher":
         _start_server(
             "dispatcher", distribute.run_dispatcher,
-            port=5050 if FLAGS.port is None else FLAGS.port,
+            port=DISPATCHER_PORT if FLAGS.port is None else FLAGS.port,
             worker_addresses=FLAGS.worker_addresses, work_dir=FLAGS.work_dir,
             fault_tolerant_mode=FLAGS.fault_tolerant_mode,
             worker_timeout_ms=FLAGS.worker_timeout_ms)
         return 0
+    # The worker's start waits (retrying, silently at TensorFlow's log level) until the
+    # dispatcher answers: say so first.
+    print(f"pipeline service worker: waiting for the dispatcher at "
+          f"{FLAGS.dispatcher_address} (until it answers; Ctrl-C stops)", flush=True)
     _start_server("worker", distribute.run_worker,
                   dispatcher_address=FLAGS.dispatcher_address, port=FLAGS.port or 0,
                   worker_address=FLAGS.worker_address,
@@ -814,7 +982,7 @@ def main_help() -> str:
     out += ["", f"{PROG} <command> --help shows a command's arguments and flags; "
                 "--helpfull lists every absl flag (TensorFlow's included).",
             "Exit status: 0 success, 1 the command failed (scan: bad files found; "
-            "convert: bad files with --on_error=raise), "
+            "convert: bad files with --on_error=raise; bench: a candidate failed), "
             "2 usage error."]
     return "\n".join(out)
 
@@ -864,6 +1032,35 @@ def _parse_flags(argv: List[str]) -> List[str]:
         sys.exit(_error(_first_positional(argv[1:]), str(e)))
 
 
+class PlainLogFormatter(std_logging.Formatter):
+    """pipeline's log lines on the command line, without absl's prefix (level letter,
+    date, time, thread id, file:line): an info line as its message (``pipeline: ...``),
+    a warning or an error after its level (``WARNING: ...``)."""
+
+    def format(self, record) -> str:
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        if record.levelno >= std_logging.WARNING:
+            return f"{record.levelname}: {message}"
+        return message
+
+
+@contextlib.contextmanager
+def _plain_log_lines():
+    """Within: absl's handler writes pipeline's log lines plainly (``PlainLogFormatter``)
+    to the stderr of now (``sys.stderr``); both restored after."""
+    handler = logging.get_absl_handler().python_handler
+    old_formatter, old_stream = handler.formatter, handler.stream
+    handler.setFormatter(PlainLogFormatter())
+    handler.stream = sys.stderr
+    try:
+        yield
+    finally:
+        handler.setFormatter(old_formatter)
+        handler.stream = old_stream
+
+
 def main(argv: List[str]) -> int:
     """Runs the command named by ``argv[1]`` (flags already parsed); returns the exit status.
 
@@ -884,8 +1081,9 @@ def main(argv: List[str]) -> int:
     try:
         if c.check is not None:
             c.check(argv[1:])  # what argv and the flags settle: before TensorFlow loads
-        _import_tensorflow()
-        return c.fn(argv[1:])
+        with _plain_log_lines():
+            _import_tensorflow()
+            return c.fn(argv[1:])
     except app.UsageError as e:
         return _error(name, user_names(name, str(e)))
     except (ValueError, OSError) as e:

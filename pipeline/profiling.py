@@ -598,8 +598,9 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
     if input_bound is not False and pipeline_ips < 0.5 * min(par, cores) * single_ips:
         advice.append(
             f"parallel speed-up is low: {pipeline_ips / single_ips:.1f}x the single-threaded "
-            f"rate with {par} parallel calls on {cores} cores; check other load on the "
-            "machine, num_parallel_calls, and autotune (off by default, see pipeline.build)")
+            f"rate with {par} parallel calls on {cores} core{'' if cores == 1 else 's'}; check "
+            "other load on the machine, num_parallel_calls, and the factories' autotune "
+            "option (off by default; pipeline.ImageOptions in docs/api.md)")
     if input_bound is False:
         advice.append(stage_advice.replace("dominates", "is the costliest stage", 1))
 

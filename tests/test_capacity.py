@@ -120,7 +120,9 @@ def test_plan_cli_measures_the_folder_and_plans(tiny_folder, tmp_path):
     assert plan["workers"] == math.ceil(round(1000 * 1.5 / cost / 2, 9))
     assert plan["worker_cores"] == 2 and plan["headroom"] == 1.5
     assert "train (random resized crop + flip) mode" in out
-    assert f"-> {plan['cores']} cores" in out and f"{plan['workers']} workers" in out
+    c, n = plan["cores"], plan["workers"]  # plural only where more than one
+    assert f"-> {c} core{'s' if c > 1 else ''}\n" in out
+    assert f": {n} worker{'s' if n > 1 else ''} (" in out
 
 
 def test_measure_cost_refuses_too_few_files(tiny_folder):

@@ -371,14 +371,46 @@ def test_convert_out_that_is_a_file_is_a_usage_error(tmp_path):
 
 
 def test_bench_candidate_failure_says_why(monkeypatch):
-    """Found by a fresh-eyes user: a failed candidate's message ended after a colon."""
+    """Found by a fresh-eyes user: a failed candidate's message ended after a colon. The
+    bad-files hint comes only when the failure is about a file (`--seed=-1` made every
+    candidate fail with a ValueError, and the hint sent the user to look for bad files)."""
     import subprocess as sp
+    stderr = {"text": "ValueError: boom\n"}
     monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: sp.CompletedProcess(
-        a, 1, stdout="", stderr="ValueError: boom\n"))
-    with pytest.raises(RuntimeError, match=r"failed \(exit 1\): ValueError: boom\. .*on_error=skip"):
+        a, 1, stdout="", stderr=stderr["text"]))
+    monkeypatch.setattr(bench, "_run_showing_stderr", lambda cmd, env, timeout:
+                        sp.CompletedProcess(cmd, 1, stdout="", stderr=stderr["text"]))
+    with pytest.raises(RuntimeError) as e:
         bench.run_candidate({"name": "pipeline"}, progress=False)
-    with pytest.raises(RuntimeError, match=r"its error is printed above"):
+    assert str(e.value) == "benchmark candidate 'pipeline' failed (exit 1): ValueError: boom."
+    with pytest.raises(RuntimeError) as e:
         bench.run_candidate({"name": "pipeline"}, progress=True)
+    assert str(e.value) == ("benchmark candidate 'pipeline' failed (exit 1): its error is "
+                            "printed above.")
+    stderr["text"] = ("Traceback (most recent call last):\ntensorflow.python.framework.errors_impl"
+                      ".InvalidArgumentError: pipeline: cannot load file /d/a/x.jpg (truncated "
+                      "JPEG (no end-of-image marker))\n")
+    hint = (" A folder with bad files: --on_error=skip, or find them with `python -m pipeline "
+            "scan`.")
+    for progress in (False, True):  # with progress bars too: the child's stderr is kept
+        with pytest.raises(RuntimeError) as e:
+            bench.run_candidate({"name": "pipeline"}, progress=progress)
+        assert str(e.value).endswith("truncated JPEG (no end-of-image marker))." + hint
+                                     if not progress else "printed above." + hint), progress
+    with pytest.raises(RuntimeError) as e:  # the hint is not repeated to who asked for skip
+        bench.run_candidate({"name": "pipeline", "on_error": "skip"}, progress=False)
+    assert hint not in str(e.value)
+    assert bench.about_files("InvalidArgumentError: Unknown image file format. One of JPEG, "
+                             "PNG, GIF, BMP required.")
+    assert not bench.about_files("ValueError: Seed must be between 0 and 2**32 - 1")
+
+
+def test_bench_run_showing_stderr_shows_and_keeps_the_childs_stderr(capfd):
+    r = bench._run_showing_stderr(
+        [sys.executable, "-c", "import sys; print('{}'); sys.stderr.write('bar\\rerr\\n'); "
+                               "sys.exit(3)"], dict(os.environ), 60)
+    assert (r.returncode, r.stdout, r.stderr) == (3, "{}\n", "bar\rerr\n")
+    assert capfd.readouterr().err == "bar\rerr\n"
 
 
 def test_bench_on_a_folder_with_a_bad_file_fails_fast_and_names_it(tmp_path):
@@ -472,18 +504,22 @@ def test_usage_errors_name_what_the_user_typed(tmp_path):
     solid(str(tmp_path / "flat" / "0.png"), 3)
     (tmp_path / "notes.txt").write_text("hi")
     nope = str(tmp_path / "nope")
+    notes = str(tmp_path / "notes.txt")
+    either = "a folder or a manifest (.csv / .jsonl; .tsv / .json too)"
     cases = [
         (("scan", nope), f"SOURCE does not exist: {nope!r}"),
         (("scan", str(tmp_path / "empty")),
          f"No image files found in SOURCE. Received: SOURCE={str(tmp_path / 'empty')!r}"),
-        (("scan", str(tmp_path / "notes.txt")),
-         f"SOURCE is not a folder. Received: SOURCE={str(tmp_path / 'notes.txt')!r}"),
+        (("scan", notes),
+         f"SOURCE must be {either}; {notes!r} is a file that is neither. "
+         f"Received: SOURCE={notes!r}"),
         (("convert", nope, str(tmp_path / "o1")), f"SRC does not exist: {nope!r}"),
         (("convert", str(tmp_path / "flat"), str(tmp_path / "o2")),
          "SRC needs class sub-folders (a file's class is the name of its sub-folder), but it "
          f"has none. Received: SRC={str(tmp_path / 'flat')!r}"),
         (("convert", str(src), str(tmp_path / "o3"), "--seed=-1"),
-         "--seed must be an integer >= 0. Received: --seed=-1"),
+         "--seed must be an integer from 0 to 4294967295 (2**32 - 1: numpy's and Keras' seeds, "
+         "which the bench candidates use, are unsigned 32-bit). Received: --seed=-1"),
         (("convert", str(src), str(tmp_path / "o4"), "--label_columns=y", "--root=/tmp"),
          "--label_columns, --root apply to a manifest SRC (.csv / .jsonl) only; SRC is not one. "
          f"Received: SRC={str(src)!r}"),
@@ -939,8 +975,25 @@ def test_usage_errors_that_argv_settles_come_before_tensorflow_loads():
         (["bench", "--batch_size=abc"], "pipeline bench: error: flag --batch_size=abc: invalid "
                                         "literal for int() with base 10: 'abc'"),
         (["convert", "a.txt", "out", "--path_column=p"],
-         "pipeline convert: error: --path_column apply to a manifest SRC (.csv / .jsonl) only; "
+         "pipeline convert: error: --path_column applies to a manifest SRC (.csv / .jsonl) only; "
          "SRC is not one. Received: SRC='a.txt'"),
+        (["convert", "a.txt", "out", "--path_column=p", "--root=r"],
+         "pipeline convert: error: --path_column, --root apply to a manifest SRC (.csv / .jsonl) "
+         "only; SRC is not one. Received: SRC='a.txt'"),
+        # item 5: what the local file system settles comes before TensorFlow too
+        (["scan", "nope/"], "pipeline scan: error: SOURCE does not exist: 'nope/'"),
+        (["bench", "--data_dir=nope"], "pipeline bench: error: --data_dir does not exist: 'nope'"),
+        (["bench", "--data_dir=README.md"], "pipeline bench: error: --data_dir must be a "
+                                            "folder; 'README.md' is a file. "
+                                            "Received: --data_dir='README.md'"),
+        (["convert", "nope/", "out"], "pipeline convert: error: SRC does not exist: 'nope/'"),
+        (["scan", "setup.cfg"], "pipeline scan: error: SOURCE must be a folder or a manifest "
+                                "(.csv / .jsonl; .tsv / .json too); 'setup.cfg' is a file that "
+                                "is neither. Received: SOURCE='setup.cfg'"),
+        (["scan", "pipeline/cli.py"], "pipeline scan: error: SOURCE must be a folder or a "
+                                      "manifest (.csv / .jsonl; .tsv / .json too); "
+                                      "'pipeline/cli.py' is a file that is neither. "
+                                      "Received: SOURCE='pipeline/cli.py'"),
         (["doctor", "x"], "pipeline doctor: error: doctor takes no positional arguments. "
                           "Received: x"),
     ]
@@ -958,3 +1011,283 @@ def test_usage_errors_that_argv_settles_come_before_tensorflow_loads():
     code, says, loaded = json.loads(proc.stdout)[0]
     assert (code, loaded) == (2, False) and says.startswith(
         "pipeline bench: error: --compare: unknown candidate(s) zz; known: decode_limit, ")
+
+
+# --- issue 15 (third pass): what a new user found on the command line -------------------
+
+def _usage_errors(arg_lists, timeout=120):
+    """[[exit status, first stderr line, whether TensorFlow loaded]] for each argv, each
+    run through ``cli.run`` in one fresh process (``_USAGE_ERRORS``)."""
+    import json
+    proc = subprocess.run([sys.executable, "-c", _USAGE_ERRORS, json.dumps(arg_lists)],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_a_service_port_in_use_is_a_usage_error_before_the_server_starts():
+    """`service dispatcher --port=P` with P held by another dispatcher started a second one
+    (gRPC binds with SO_REUSEPORT: two listening sockets). A plain bind checks the port
+    first, for both roles, before TensorFlow loads."""
+    import socket
+    held = []
+    for reuse_port in (False, True):  # a plain listener, and one bound as gRPC binds
+        s = socket.socket()
+        if reuse_port:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        s.bind(("", 0))
+        s.listen()
+        held.append(s)
+    try:
+        cases = []
+        for s in held:
+            port = s.getsockname()[1]
+            cases += [
+                (["service", "dispatcher", f"--port={port}"],
+                 f"pipeline service: error: cannot start the dispatcher on --port={port}: the "
+                 "port is in use (Address already in use); choose another --port. "
+                 f"Received: --port={port}"),
+                (["service", "worker", "--dispatcher_address=localhost:5050", f"--port={port}"],
+                 f"pipeline service: error: cannot start the worker on --port={port}: the port "
+                 "is in use (Address already in use); choose another --port (0: any free "
+                 f"port). Received: --port={port}"),
+            ]
+        got = _usage_errors([a for a, _ in cases], timeout=90)
+    finally:
+        for s in held:
+            s.close()
+    assert got == [[2, says, False] for _, says in cases]
+
+
+def test_output_paths_that_exist_but_cannot_be_written_are_usage_errors_first(tmp_path):
+    """As root, os.access says yes to /proc and /sys: `scan D --json_out=/proc/x.json` ran
+    the whole scan and then failed with a raw Errno; `convert D /proc/shards` was a
+    traceback. The check now writes for real (a temporary file, removed at once), before
+    TensorFlow loads, naming the flag; a parent "folder" that is a file is said to be one."""
+    from conftest import solid
+    solid(str(tmp_path / "src" / "cat" / "1.png"), 1)
+    src = str(tmp_path / "src")
+    jpg = str(tmp_path / "src" / "cat" / "1.png")
+    cases = [
+        (["scan", src, "--json_out=/proc/x.json"],
+         r"pipeline scan: error: --json_out: cannot write '/proc/x\.json' \(.+\)\. "
+         r"Received: --json_out='/proc/x\.json'"),
+        (["doctor", "--json_out=/proc/x.json"],
+         r"pipeline doctor: error: --json_out: cannot write '/proc/x\.json' \(.+\)\. "
+         r"Received: --json_out='/proc/x\.json'"),
+        (["bench", "--json_out=/sys/x.json"],
+         r"pipeline bench: error: --json_out: cannot write '/sys/x\.json' \(.+\)\. "
+         r"Received: --json_out='/sys/x\.json'"),
+        (["bench", "--profile", "--profile_dir=/sys/prof"],
+         r"pipeline bench: error: --profile_dir: cannot create folder '/sys/prof' in '/sys' "
+         r"\(.+\)\. Received: --profile_dir='/sys/prof'"),
+        (["convert", src, "/proc/shards"],
+         r"pipeline convert: error: OUT: cannot create folder '/proc/shards' in '/proc' "
+         r"\(.+\)\. Received: OUT='/proc/shards'"),
+        (["convert", src, "/proc"],
+         r"pipeline convert: error: OUT: cannot write in folder '/proc' \(.+\)\. "
+         r"Received: OUT='/proc'"),
+        (["scan", src, f"--json_out={jpg}/x.json"],
+         re.escape(f"pipeline scan: error: --json_out: {jpg!r} is a file, not a folder: "
+                   f"cannot write '{jpg}/x.json' in it. Received: --json_out='{jpg}/x.json'")),
+        (["doctor", f"--json_out={jpg}/a/x.json"],
+         re.escape(f"pipeline doctor: error: --json_out: {jpg!r} is a file, not a folder: "
+                   f"cannot write '{jpg}/a/x.json' in it. Received: "
+                   f"--json_out='{jpg}/a/x.json'")),
+    ]
+    before = sorted(os.listdir(tmp_path))
+    got = _usage_errors([a for a, _ in cases])
+    for (args, pattern), (code, line, loaded) in zip(cases, got):
+        assert code == 2 and not loaded and re.fullmatch(pattern, line), (args, line)
+    assert sorted(os.listdir(tmp_path)) == before and os.listdir(tmp_path / "src") == ["cat"]
+
+
+def test_writable_checks_leave_nothing_and_truncate_nothing(tmp_path):
+    from absl import flags
+    from absl.app import UsageError
+    existing = tmp_path / "old.json"
+    existing.write_text("keep me")
+    try:
+        flags.FLAGS(["pipeline", f"--json_out={existing}"])
+        cli._check_writable("json_out")
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS(["pipeline", f"--json_out={tmp_path / 'new.json'}"])
+        cli._check_writable("json_out")
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS(["pipeline", "--json_out=/proc/version"])  # exists, not writable
+        with pytest.raises(UsageError, match=r"^--json_out: cannot write '/proc/version' "):
+            cli._check_writable("json_out")
+    finally:
+        flags.FLAGS.unparse_flags()
+    cli._check_folder("OUT", str(tmp_path / "a" / "b"))
+    cli._check_folder("OUT", str(tmp_path))
+    assert existing.read_text() == "keep me" and sorted(os.listdir(tmp_path)) == ["old.json"]
+    # convert's writer: an error that names OUT (or a file in it) is about OUT
+    assert cli._about_path(PermissionError(13, "Permission denied", "/o/s/data.tfrecord"), "/o/s/")
+    assert not cli._about_path(OSError(5, "Input/output error", "/src/a.jpg"), "/o/s")
+    # a failure to write at the end is a usage error naming the flag, not a raw OSError
+    with pytest.raises(UsageError) as e:
+        cli._write_text("/proc/x.json", "{}")
+    assert str(e.value).startswith("--json_out: cannot write '/proc/x.json' (") and \
+        str(e.value).endswith("). Received: --json_out='/proc/x.json'")
+
+
+def test_seed_out_of_range_and_convert_into_src_are_usage_errors_first(tmp_path):
+    """`bench --seed=-1` ran every candidate and failed each with a traceback (exit 1, with
+    a hint about bad files); `--seed=5000000000` failed keras but exited 0. `convert SRC OUT`
+    with OUT inside SRC wrote shards among the images."""
+    from conftest import solid
+    solid(str(tmp_path / "src" / "cat" / "1.png"), 1)
+    src = str(tmp_path / "src")
+    os.symlink(src, tmp_path / "link")
+    why = ("--seed must be an integer from 0 to 4294967295 (2**32 - 1: numpy's and Keras' "
+           "seeds, which the bench candidates use, are unsigned 32-bit). Received: --seed=")
+    inside = ("OUT must not be SRC or a folder inside it: the shards and dataset.json would be "
+              "written among SRC's images. Received: ")
+    cases = [
+        (["bench", "--seed=-1"], f"pipeline bench: error: {why}-1"),
+        (["bench", "--seed=5000000000"], f"pipeline bench: error: {why}5000000000"),
+        (["convert", src, str(tmp_path / "out"), "--seed=4294967296"],
+         f"pipeline convert: error: {why}4294967296"),
+        (["convert", src, src], f"pipeline convert: error: {inside}OUT={src!r}, SRC={src!r}"),
+        (["convert", src + "/", f"{src}/shards"],
+         f"pipeline convert: error: {inside}OUT='{src}/shards', SRC='{src}/'"),
+        (["convert", src, f"{tmp_path}/link/cat/x"],
+         f"pipeline convert: error: {inside}OUT='{tmp_path}/link/cat/x', SRC={src!r}"),
+    ]
+    got = _usage_errors([a for a, _ in cases])
+    assert got == [[2, says, False] for _, says in cases]
+    assert os.listdir(tmp_path / "src") == ["cat"]
+
+
+def test_service_addresses_and_role_flags_are_checked():
+    """`service worker --dispatcher_address=nohostport` hung; a worker-only flag given to the
+    dispatcher was ignored; `--worker_addresses=h1` (no port) was accepted."""
+    cases = [
+        (["service", "worker", "--dispatcher_address=nohostport"],
+         "pipeline service: error: --dispatcher_address must be HOST:PORT with a port 1-65535 "
+         "(e.g. localhost:5050); 'nohostport' is not. Received: --dispatcher_address=nohostport"),
+        (["service", "worker", "--dispatcher_address=h:70000"],
+         "pipeline service: error: --dispatcher_address must be HOST:PORT with a port 1-65535 "
+         "(e.g. localhost:5050); 'h:70000' is not. Received: --dispatcher_address=h:70000"),
+        (["service", "dispatcher", "--worker_addresses=h1:5051,h1", "--port=0"],
+         "pipeline service: error: --worker_addresses (each of them) must be HOST:PORT with a "
+         "port 1-65535 (e.g. localhost:5050); 'h1' is not. "
+         "Received: --worker_addresses=h1:5051,h1"),
+        (["service", "dispatcher", "--dispatcher_address=x:1", "--port=0"],
+         "pipeline service: error: --dispatcher_address is a flag of the worker, not the "
+         "dispatcher. Received: service dispatcher"),
+        (["service", "worker", "--dispatcher_address=x:1", "--work_dir=/tmp/j",
+          "--worker_timeout_ms=5"],
+         "pipeline service: error: --work_dir is a flag of the dispatcher, not the worker; "
+         "--worker_timeout_ms is a flag of the dispatcher, not the worker. "
+         "Received: service worker"),
+    ]
+    got = _usage_errors([a for a, _ in cases])
+    assert got == [[2, says, False] for _, says in cases]
+
+
+def test_a_worker_says_it_is_waiting_for_its_dispatcher(tmp_path):
+    """A worker whose dispatcher is not up waited silently: it now says what it waits for."""
+    import socket
+    s = socket.socket()
+    s.bind(("localhost", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "service", "worker",
+                             f"--dispatcher_address=localhost:{port}"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        import select
+        ready, _, _ = select.select([proc.stdout], [], [], 120)  # TensorFlow loads first
+        line = proc.stdout.readline() if ready else "(nothing within 120 s)"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert line == (f"pipeline service worker: waiting for the dispatcher at localhost:{port} "
+                    "(until it answers; Ctrl-C stops)\n")
+
+
+def _bench_result(name, ips):
+    r = {"name": name, "images_per_sec": ips, "steady_images_per_cpu_sec": 300.0,
+         "images_per_cpu_sec": 290.0, "cpu_cores_used": 1.0, "steady_cpu_cores_used": 1.0,
+         "first_batch_sec": 1.0, "peak_rss_mb": 500.0, "rss_after_import_mb": 400.0,
+         "epoch_start_cpu_sec": 0.5, "num_images": 6, "epochs": 1}
+    return dict(r, runs=[dict(r)])
+
+
+def test_bench_exits_1_when_a_candidate_fails_and_logs_plain_lines(tmp_path, monkeypatch):
+    """A peer that failed (keras on --seed=5000000000) left bench's exit status 0; and the CLI's
+    log lines carried absl's prefix (`I1201 05:06:07.481984 139948949977984 cli.py:495]`)."""
+    from conftest import solid
+    for i in range(6):
+        solid(str(tmp_path / "d" / "a" / f"{i}.png"), i)
+    monkeypatch.setattr(bench, "run_candidates", lambda names, spec, **kw: {
+        "pipeline": _bench_result("pipeline", 400.0),
+        "keras": {"name": "keras", "error": "benchmark candidate 'keras' failed (exit 1): "
+                                            "ValueError: boom."}})
+    code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=2",
+                             "--compare=keras", "--noprogress", "--repeats=1", "--verbosity=0")
+    assert code == 1, (out, err)
+    assert "keras FAILED: benchmark candidate 'keras' failed (exit 1): ValueError: boom.\n" in out
+    assert err.splitlines() == [f"pipeline bench: data in {tmp_path / 'd'}",
+                                "pipeline bench: 1 candidate failed (keras): exit status 1"]
+    assert "bench: a candidate failed" in cli.main_help()
+    assert "1 a candidate failed" in cli.command_help("bench")
+    # every candidate ran: exit 0
+    monkeypatch.setattr(bench, "run_candidates", lambda names, spec, **kw: {
+        "pipeline": _bench_result("pipeline", 400.0), "keras": _bench_result("keras", 200.0)})
+    code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=2",
+                             "--compare=keras", "--noprogress", "--repeats=1", "--verbosity=0")
+    assert code == 0 and err == f"pipeline bench: data in {tmp_path / 'd'}\n", err
+
+
+def test_plain_log_format_keeps_the_level_of_warnings():
+    import logging as std
+    f = cli.PlainLogFormatter()
+
+    def rec(level, msg, *args):
+        return std.LogRecord("absl", level, "x.py", 1, msg, args, None)
+    assert f.format(rec(std.INFO, "pipeline: %d files", 3)) == "pipeline: 3 files"
+    assert f.format(rec(std.WARNING, "pipeline: slow")) == "WARNING: pipeline: slow"
+    assert f.format(rec(std.ERROR, "pipeline: bad")) == "ERROR: pipeline: bad"
+
+
+def test_plan_and_profile_wording():
+    """`bench --plan` printed "1 workers"; `bench --profile`'s advice sent readers to
+    `pipeline.build`, which is not public."""
+    from pipeline import capacity
+    plan = capacity.capacity_plan(500, 100, worker_cores=8, headroom=1.0)
+    text = plan.table()
+    assert plan.workers == 1 and plan.cores == 5
+    assert "-> 5 cores" in text and "tf.data service workers of 8 cores" in text
+    assert ": 1 worker (8 cores, 800 images/s flat out)" in text and "1 workers" not in text
+    one = capacity.capacity_plan(100, 100, worker_cores=1, headroom=1.0).table()
+    assert "-> 1 core\n" in one and "workers of 1 core (" in one and ": 1 worker (1 core, " in one
+    with open(os.path.join(REPO, "pipeline", "profiling.py")) as f:
+        source = f.read()
+    with open(os.path.join(REPO, "docs", "api.md")) as f:
+        api = f.read()
+    named = re.findall(r"\bpipeline\.([A-Za-z_]\w*)", "".join(
+        re.findall(r'"[^"\n]*"', source)))
+    assert "build" not in named
+    for name in named:
+        assert f"pipeline.{name}" in api, name
+
+
+def test_bench_table_legend_says_which_ratio_is_which():
+    """The table's pipe/it (ratio of the medians) and the summary's ratio (median of the
+    per-round ratios) disagreed with no word of why."""
+    res = {"pipeline": _fake("pipeline", [300, 400, 520]), "keras": _fake("keras", [100, 250, 200])}
+    for r in res.values():
+        for run in r["runs"]:
+            run.update(images_per_cpu_sec=1, cpu_cores_used=1, first_batch_sec=1, peak_rss_mb=1)
+        r.update(images_per_cpu_sec=1, cpu_cores_used=1, first_batch_sec=1, peak_rss_mb=1)
+    table = bench.format_table(res)
+    assert table.splitlines()[3].split()[-1] == "2.00"  # 400 / 200: the medians' ratio
+    assert ("pipe/it: the ratio of the medians, pipeline's median images/s divided by that "
+            "candidate's; the summary's\n 'pipeline / candidate' lines are the median of the "
+            "per-round ratios instead, so the two can differ)") in table
+    lines = "\n".join(bench.headline(res, "pipeline", ["keras"]))
+    assert "pipeline / keras, images/s: 2.60x" in lines  # median of 3.0, 1.6, 2.6 per round
