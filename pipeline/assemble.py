@@ -525,6 +525,12 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
                 deterministic=opts.is_deterministic)
     if batch_size is not None and not batch_here:
         ds = ds.batch(batch_size, drop_remainder=opts.drop_remainder)
+    if (batch_size is not None and opts.drop_remainder and expected is not None
+            and 0 < expected < batch_size):
+        logging.warning(
+            "pipeline: drop_remainder=True with batch_size=%d and %d element(s) per epoch "
+            "here: every epoch is empty (the one short batch is dropped). Use a smaller "
+            "batch_size or drop_remainder=False.", batch_size, expected)
     if opts.dtype != tf.uint8:
         def to_dtype(*el):
             return (scale(el[0], opts.dtype, opts.normalize),) + el[1:] if len(el) > 1 else \

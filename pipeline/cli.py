@@ -368,10 +368,12 @@ def _check_port() -> None:
 
 
 def _start_server(what: str, fn, **kw) -> None:
-    """Runs ``fn(**kw)``; a server that cannot start (gRPC's RuntimeError) is a usage
-    error naming --port."""
+    """Runs ``fn(**kw)`` until Ctrl-C; a server that cannot start (gRPC's RuntimeError)
+    is a usage error naming --port."""
     try:
         fn(**kw)
+    except KeyboardInterrupt:  # Ctrl-C while starting (later ones: serve_until_interrupted)
+        print("pipeline: stopped (Ctrl-C)", flush=True)
     except RuntimeError as e:
         if "Could not start" not in str(e):
             raise
@@ -434,7 +436,7 @@ def _check_seed() -> None:
     if not 0 <= FLAGS.seed <= SEED_MAX:
         raise usage_error(
             f"--seed must be an integer from 0 to {SEED_MAX} (2**32 - 1: numpy's and Keras' "
-            f"seeds, which the bench candidates use, are unsigned 32-bit). "
+            f"seeds are unsigned 32-bit). "
             f"Received: --seed={FLAGS.seed}")
 
 
@@ -505,6 +507,11 @@ def _bench_names() -> List[str]:
     return ["pipeline"] + [c for c in FLAGS.compare if c and c != "pipeline"]
 
 
+# bench's flags that only one mode reads (target_images_per_sec is read by both).
+BENCH_MODE_FLAGS = {"plan": ("worker_cores", "headroom", "augment"),
+                    "profile": ("profile_dir",)}
+
+
 def _check_bench(argv: List[str]) -> None:
     from pipeline import bench
     from pipeline import candidates  # noqa: F401  the registry (imports no TensorFlow)
@@ -539,6 +546,15 @@ def _check_bench(argv: List[str]) -> None:
         _positive("worker_cores")
         if FLAGS.headroom < 1:
             raise usage_error(f"--headroom must be >= 1. Received: {FLAGS.headroom}")
+    # A flag of one mode given without it would be ignored without a word: refuse it.
+    for mode, names in BENCH_MODE_FLAGS.items():
+        given = [n for n in names if FLAGS[n].present]
+        if given and not FLAGS[mode].value:
+            raise usage_error(
+                f"{', '.join('--' + n for n in given)} "
+                f"{'applies' if len(given) == 1 else 'apply'} with --{mode} only (without it "
+                f"bench compares peers in eval mode). Received: "
+                + ", ".join(FLAGS[n].serialize() for n in given))
     if FLAGS.json_out:  # before the runs, not after them
         _check_writable("json_out")
     if FLAGS.profile_dir:
@@ -837,6 +853,13 @@ def _check_service(argv: List[str]) -> None:
     if wrong:
         raise usage_error("; ".join(f"--{f} is a flag of the {other}, not the {role}"
                                     for f in wrong) + f". Received: service {role}")
+    for name in ("worker_timeout_ms", "heartbeat_interval_ms"):
+        if FLAGS[name].value is not None:
+            _positive(name)
+    if role == "dispatcher" and FLAGS.fault_tolerant_mode and not FLAGS.work_dir:
+        raise usage_error("--fault_tolerant_mode needs --work_dir (the folder where the "
+                          "dispatcher journals its state). Received: --fault_tolerant_mode, "
+                          "no --work_dir")
     if role == "worker":
         if not FLAGS.dispatcher_address:
             raise usage_error("service worker needs --dispatcher_address=HOST:PORT")

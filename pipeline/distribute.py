@@ -41,6 +41,7 @@ A killed worker is not recovered mid-epoch by the service: see
 from __future__ import annotations
 
 import inspect
+import time
 from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
@@ -236,8 +237,25 @@ def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] =
                  ", ".join(worker_addresses) if worker_addresses else "any")
     print(f"pipeline: dispatcher listening at {server.target}", flush=True)
     if block:
-        server.join()
+        serve_until_interrupted(server)
     return server
+
+
+def serve_until_interrupted(server) -> None:
+    """Blocks while ``server`` (a ``DispatchServer`` or ``WorkerServer``) runs, until
+    Ctrl-C (``KeyboardInterrupt``), then returns; the server stops when the process
+    exits.
+
+    ``server.join()`` waits inside TensorFlow's C++, where Python's SIGINT handler
+    never runs, so Ctrl-C did not stop ``python -m pipeline service``: this waits in
+    Python instead, waking twice a second.
+    """
+    del server  # kept alive by the caller, which holds it
+    try:
+        while True:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("pipeline: stopped (Ctrl-C)", flush=True)
 
 
 @checks.known_keywords()
@@ -287,5 +305,5 @@ def run_worker(dispatcher_address: str, port: int = 0,
     logging.info("pipeline: tf.data service worker on port %d -> %s", port, dispatcher_address)
     print(f"pipeline: worker on port {port} serving dispatcher {dispatcher_address}", flush=True)
     if block:
-        server.join()
+        serve_until_interrupted(server)
     return server

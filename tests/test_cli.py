@@ -518,8 +518,8 @@ def test_usage_errors_name_what_the_user_typed(tmp_path):
          "SRC needs class sub-folders (a file's class is the name of its sub-folder), but it "
          f"has none. Received: SRC={str(tmp_path / 'flat')!r}"),
         (("convert", str(src), str(tmp_path / "o3"), "--seed=-1"),
-         "--seed must be an integer from 0 to 4294967295 (2**32 - 1: numpy's and Keras' seeds, "
-         "which the bench candidates use, are unsigned 32-bit). Received: --seed=-1"),
+         "--seed must be an integer from 0 to 4294967295 (2**32 - 1: numpy's and Keras' seeds "
+         "are unsigned 32-bit). Received: --seed=-1"),
         (("convert", str(src), str(tmp_path / "o4"), "--label_columns=y", "--root=/tmp"),
          "--label_columns, --root apply to a manifest SRC (.csv / .jsonl) only; SRC is not one. "
          f"Received: SRC={str(src)!r}"),
@@ -1142,7 +1142,7 @@ def test_seed_out_of_range_and_convert_into_src_are_usage_errors_first(tmp_path)
     src = str(tmp_path / "src")
     os.symlink(src, tmp_path / "link")
     why = ("--seed must be an integer from 0 to 4294967295 (2**32 - 1: numpy's and Keras' "
-           "seeds, which the bench candidates use, are unsigned 32-bit). Received: --seed=")
+           "seeds are unsigned 32-bit). Received: --seed=")
     inside = ("OUT must not be SRC or a folder inside it: the shards and dataset.json would be "
               "written among SRC's images. Received: ")
     cases = [
@@ -1207,6 +1207,69 @@ def test_a_worker_says_it_is_waiting_for_its_dispatcher(tmp_path):
         proc.wait()
     assert line == (f"pipeline service worker: waiting for the dispatcher at localhost:{port} "
                     "(until it answers; Ctrl-C stops)\n")
+
+
+def test_service_checks_its_numbers_and_fault_tolerant_mode_before_tensorflow():
+    """Second fresh-eyes test: `--fault_tolerant_mode` without `--work_dir` failed after
+    TensorFlow loaded, in TensorFlow's words and with a traceback; `--worker_timeout_ms=-5` and
+    `--heartbeat_interval_ms=0` started servers."""
+    cases = [
+        (["service", "dispatcher", "--fault_tolerant_mode", "--port=0"],
+         "pipeline service: error: --fault_tolerant_mode needs --work_dir (the folder where the "
+         "dispatcher journals its state). Received: --fault_tolerant_mode, no --work_dir"),
+        (["service", "dispatcher", "--worker_timeout_ms=-5", "--port=0"],
+         "pipeline service: error: --worker_timeout_ms must be > 0. Received: -5"),
+        (["service", "worker", "--dispatcher_address=x:1", "--heartbeat_interval_ms=0"],
+         "pipeline service: error: --heartbeat_interval_ms must be > 0. Received: 0"),
+    ]
+    got = _usage_errors([a for a, _ in cases])
+    assert got == [[2, says, False] for _, says in cases]
+
+
+def test_bench_refuses_a_flag_of_a_mode_it_is_not_in():
+    """Second fresh-eyes test: `bench --augment` (a --plan flag) ran the eval peers without a
+    word, and `--worker_cores=0`, `--profile_dir` likewise."""
+    cases = [
+        (["bench", "--augment"],
+         "pipeline bench: error: --augment applies with --plan only (without it bench compares "
+         "peers in eval mode). Received: --augment"),
+        (["bench", "--worker_cores=0", "--headroom=0.5"],
+         "pipeline bench: error: --worker_cores, --headroom apply with --plan only (without it "
+         "bench compares peers in eval mode). Received: --worker_cores=0, --headroom=0.5"),
+        (["bench", "--profile_dir=prof"],
+         "pipeline bench: error: --profile_dir applies with --profile only (without it bench "
+         "compares peers in eval mode). Received: --profile_dir=prof"),
+    ]
+    got = _usage_errors([a for a, _ in cases])
+    assert got == [[2, says, False] for _, says in cases]
+
+
+def test_ctrl_c_stops_a_service_dispatcher():
+    """Second fresh-eyes test: Ctrl-C did not stop `service dispatcher` (server.join() waits
+    in C++, where Python's SIGINT handler never runs); only SIGTERM did."""
+    import select
+    import signal
+    import socket
+    s = socket.socket()
+    s.bind(("localhost", 0))
+    port = s.getsockname()[1]
+    s.close()
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "service", "dispatcher",
+                             f"--port={port}"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 120)  # TensorFlow loads first
+        first = proc.stdout.readline() if ready else "(nothing within 120 s)"
+        assert first == f"pipeline: dispatcher listening at grpc://localhost:{port}\n"
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+        rest = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0
+    assert rest == "pipeline: stopped (Ctrl-C)\n"
 
 
 def _bench_result(name, ips):

@@ -252,3 +252,22 @@ def test_from_image_data_generator_hints():
                             "argument 'rotation_rang' (did you mean 'rotation_range'?)")
     with pytest.raises(TypeError, match="its keyword arguments: brightness_range, "):
         pipeline.Augment.from_image_data_generator(zzz=1)
+
+
+def test_drop_remainder_with_a_batch_larger_than_the_epoch_warns(tmp_path, caplog):
+    """Second fresh-eyes test: batch_size=50, drop_remainder=True on 36 files gave 0 batches
+    (model.fit returned {}) without a word."""
+    for i in range(6):
+        solid(str(tmp_path / "d" / ("a" if i % 2 else "b") / f"{i}.png"), i)
+    with caplog.at_level(logging.WARNING):
+        ds = pipeline.from_directory(str(tmp_path / "d"), batch_size=8, drop_remainder=True,
+                                     image_size=(8, 8))
+    assert list(ds) == []
+    assert ("drop_remainder=True with batch_size=8 and 6 element(s) per epoch here: every "
+            "epoch is empty") in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        ds = pipeline.from_directory(str(tmp_path / "d"), batch_size=4, drop_remainder=True,
+                                     image_size=(8, 8))
+    assert [int(x.shape[0]) for x, _ in ds] == [4]
+    assert "drop_remainder" not in caplog.text
