@@ -372,8 +372,12 @@ def _start_server(what: str, fn, **kw) -> None:
     is a usage error naming --port."""
     try:
         fn(**kw)
-    except KeyboardInterrupt:  # Ctrl-C while starting (later ones: serve_until_interrupted)
+    except KeyboardInterrupt:  # Ctrl-C, while starting or serving
         print("pipeline: stopped (Ctrl-C)", flush=True)
+        sys.stderr.flush()
+        # At once: a gRPC server's shutdown at interpreter exit can wait for tens of
+        # seconds (seen on a loaded machine), which reads as Ctrl-C not working.
+        os._exit(0)
     except RuntimeError as e:
         if "Could not start" not in str(e):
             raise

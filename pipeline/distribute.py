@@ -243,19 +243,15 @@ def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] =
 
 def serve_until_interrupted(server) -> None:
     """Blocks while ``server`` (a ``DispatchServer`` or ``WorkerServer``) runs, until
-    Ctrl-C (``KeyboardInterrupt``), then returns; the server stops when the process
-    exits.
+    Ctrl-C, which raises ``KeyboardInterrupt`` here as in any Python program.
 
     ``server.join()`` waits inside TensorFlow's C++, where Python's SIGINT handler
     never runs, so Ctrl-C did not stop ``python -m pipeline service``: this waits in
     Python instead, waking twice a second.
     """
     del server  # kept alive by the caller, which holds it
-    try:
-        while True:
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        print("pipeline: stopped (Ctrl-C)", flush=True)
+    while True:
+        time.sleep(0.5)
 
 
 @checks.known_keywords()

@@ -1262,7 +1262,7 @@ def test_ctrl_c_stops_a_service_dispatcher():
         first = proc.stdout.readline() if ready else "(nothing within 120 s)"
         assert first == f"pipeline: dispatcher listening at grpc://localhost:{port}\n"
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=30)
+        code = proc.wait(timeout=60)
         rest = proc.stdout.read()
     finally:
         if proc.poll() is None:
