@@ -1254,9 +1254,12 @@ def test_ctrl_c_stops_a_service_dispatcher():
     s.bind(("localhost", 0))
     port = s.getsockname()[1]
     s.close()
+    # As from a terminal: SIGINT at its default (a test runner's worker may ignore it, and
+    # a child inherits an ignored SIGINT, where Python then installs no handler).
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", "service", "dispatcher",
                              f"--port={port}"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 120)  # TensorFlow loads first
         first = proc.stdout.readline() if ready else "(nothing within 120 s)"
