@@ -240,11 +240,14 @@ def _optional_decoders(hinted, remote: bool):
     return wanted, ""
 
 
-def make_stages(source, opts):
+def make_stages(source, opts, full_graph: bool = False):
     """(decoder, stages) of the parallel map for ``source`` (an Index or Records).
 
     Also used by ``pipeline.profile`` to time each stage of the very map
-    ``build`` runs.
+    ``build`` runs. When every file is named as a JPEG (or the shards hold
+    only JPEGs), the decoders of the other formats are left out of the graph
+    (``decode.Decoder``'s ``others_in_graph``: such content is decoded from
+    Python, the same pixels slowly), unless ``full_graph`` (``pipeline.scan``).
     """
     paths = source.paths if isinstance(source, index_lib.Index) else []
     if any(read.is_remote(p) for p in paths[:1]):
@@ -255,7 +258,10 @@ def make_stages(source, opts):
         read.is_remote(p) for p in paths[:1]))
     decoder = decode_lib.Decoder(
         opts.channels, opts.max_pixels, opts.exif_orientation, tfio_formats=tfio_formats,
-        tfio_unusable=unusable, bmp_in_graph="bmp" in hinted, fallback=not opts.service)
+        tfio_unusable=unusable, bmp_in_graph="bmp" in hinted, fallback=not opts.service,
+        others_in_graph=full_graph or not (
+            formats.all_jpeg_named(paths) if isinstance(source, index_lib.Index)
+            else stored and set(stored) <= {"jpeg"}))
     return decoder, Stages(opts, decoder)
 
 

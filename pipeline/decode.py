@@ -37,6 +37,17 @@ shards), so a file gives the same pixels whatever the source.
   extension (``Decoder.fallback_note``), the first file of each kind it
   decodes is logged, and ``scan`` marks the variants it takes
   (``Decoder.takes_fallback``).
+* **Other formats in a JPEG-only dataset (rare path, clearly marked):** when
+  every file is named as a JPEG (or the TFRecord shards hold only JPEGs),
+  the graph holds the JPEG decoder alone, which makes the dataset quicker to
+  build and to start (the decoders of the other formats are most of the
+  graph). A file whose content is another format all the same (a PNG named
+  .jpg) is decoded by the very decoder the full graph would use, run eagerly
+  from Python in a ``tf.py_function`` named ``pipeline_other_formats``: the
+  same pixels and the same reasons, slowly (it holds the GIL). It is never
+  silent: the first file of each kind it decodes is logged, and ``scan``
+  (which builds the full graph) marks such files. Not on tf.data service
+  workers, where the full graph is built.
 * A decoder that still fails (corrupt or truncated data) raises; the guard
   stage (``pipeline.guard``) finds which file it was and why.
 
@@ -65,6 +76,7 @@ from pipeline import formats
 from pipeline import stack
 
 FALLBACK_OP_NAME = "pipeline_pillow_fallback"
+OTHERS_OP_NAME = "pipeline_other_formats"
 _F = formats
 
 
@@ -134,22 +146,26 @@ def sniff(contents, head=None):
     return tf.gather(_SIG_FORMAT, first)
 
 
-def _u16(b, i, little):
-    """Unsigned 16-bit field at byte ``i`` of int64 bytes ``b``; ``little``: a Python
-    bool (static byte order, half the ops) or a bool tensor."""
-    le = lambda: b[..., i] + 256 * b[..., i + 1]
-    be = lambda: 256 * b[..., i] + b[..., i + 1]
+def _uint(b, i: int, n: int, little):
+    """Unsigned ``n``-byte field at byte ``i`` of int64 bytes ``b`` (along the last
+    axis); ``little``: a Python bool (static byte order) or a bool tensor. One
+    slice and a weighted sum (few ops to build, whatever ``n``)."""
+    le = np.array([256 ** k for k in range(n)], np.int64)
     if isinstance(little, bool):
-        return le() if little else be()
-    return tf.where(little, le(), be())
+        weights = le if little else le[::-1].copy()
+    else:
+        weights = tf.where(little, le, le[::-1].copy())
+    return tf.reduce_sum(b[..., i:i + n] * weights, -1)
+
+
+def _u16(b, i, little):
+    """Unsigned 16-bit field at byte ``i`` of int64 bytes ``b`` (``_uint``)."""
+    return _uint(b, i, 2, little)
 
 
 def _u32(b, i, little):
-    le = lambda: b[..., i] + 256 * (b[..., i + 1] + 256 * (b[..., i + 2] + 256 * b[..., i + 3]))
-    be = lambda: b[..., i + 3] + 256 * (b[..., i + 2] + 256 * (b[..., i + 1] + 256 * b[..., i]))
-    if isinstance(little, bool):
-        return le() if little else be()
-    return tf.where(little, le(), be())
+    """Unsigned 32-bit field at byte ``i`` of int64 bytes ``b`` (``_uint``)."""
+    return _uint(b, i, 4, little)
 
 
 EXIF_SEGMENTS = 8   # APPn segments walked looking for the EXIF block
@@ -536,6 +552,11 @@ class Decoder:
             variants (it is large: built when some file is named .bmp/.dib).
         fallback: bool, build the Pillow fallback (False on tf.data service
             workers, where Python cannot run).
+        others_in_graph: bool, build the decoders of every format but JPEG into
+            the graph. False (for datasets whose files are all named as JPEGs)
+            leaves them out: a file whose content is not a JPEG is then decoded
+            by the same decoder run eagerly from Python (``OTHERS_OP_NAME``; the
+            same pixels and reasons, slowly). Ignored (True) without ``fallback``.
 
     Building the graph never imports tensorflow-io unless ``tfio_formats``
     asks for its decoders (it costs seconds).
@@ -543,7 +564,8 @@ class Decoder:
 
     def __init__(self, channels: int = 3, max_pixels: int = checks.DEFAULT_MAX_PIXELS,
                  exif_orientation: bool = True, tfio_formats=(), tfio_unusable: str = "",
-                 bmp_in_graph: bool = False, fallback: bool = True):
+                 bmp_in_graph: bool = False, fallback: bool = True,
+                 others_in_graph: bool = True):
         self.channels = channels
         self.max_pixels = max_pixels
         self.exif = bool(exif_orientation)
@@ -551,6 +573,7 @@ class Decoder:
         self.tfio_unusable = tfio_unusable
         self.bmp_in_graph = bmp_in_graph
         self.fallback = fallback
+        self.others_in_graph = others_in_graph or not fallback
         self.core_webp = stack.core_webp()
         self.plugins = pillow_plugins() if fallback else set()
         self._fallback_seen: Set[str] = set()   # kinds the fallback has logged
@@ -562,11 +585,14 @@ class Decoder:
     # ------------------------------------------------------- the fallback, marked
     def takes_fallback(self, head: bytes) -> bool:
         """Whether a file with these first bytes (at least 64; 4 KB for a TIFF) is
-        decoded by the Pillow fallback here: the routing of ``decode`` in Python,
-        for ``scan``'s report and the factories' log line."""
+        decoded by a slow Python path here (the Pillow fallback; or, without
+        ``others_in_graph``, any file that is not a JPEG): the routing of
+        ``decode`` in Python, for ``scan``'s report and the factories' log line."""
         if not self.fallback:
             return False
         fmt = _F.sniff_bytes(head)
+        if not self.others_in_graph and fmt != "jpeg":
+            return True
         if fmt == "bmp":
             return not self.bmp_in_graph and not _plain_bmp(head)
         if fmt == "webp":
@@ -863,11 +889,45 @@ class Decoder:
             return self._jpeg_path(contents, words, window_fn, target)
 
         def others():
+            if not self.others_in_graph and not tf.executing_eagerly():
+                return bmp_lib.unlowered_case(tf.constant(0), [
+                    lambda: self._others_from_python(contents, window_fn)])
             return bmp_lib.unlowered_case(tf.constant(0), [
                 lambda: self._others(contents, window_fn)])
 
         img, reason = tf.cond(is_jpeg(words), jpeg, others)
         img.set_shape([None, None, c])
+        return img, reason
+
+    def _others_from_python(self, contents, window_fn):
+        """Rare path of a JPEG-only graph (``others_in_graph=False``): a file that
+        is not a JPEG, decoded by ``_others`` run eagerly in a ``tf.py_function``
+        (the ops the full graph runs, so the same pixels and reason), then
+        windowed in graph as ``_others`` does. The first file of each kind
+        (``formats.variant``) is logged, once per decoder."""
+        c = self.channels
+        seen, lock = self._fallback_seen, self._fallback_lock
+
+        def run(b):
+            head = b.numpy()[:4096]
+            kind = _F.variant(head)
+            with lock:  # bytes of no known format are bad files, named by the guard
+                first = _F.sniff_bytes(head) is not None and "other: " + kind not in seen
+                seen.add("other: " + kind)
+            if first:
+                logging.warning("pipeline: %s file(s) met in a dataset whose files are all "
+                                "named as JPEGs: their decoder runs from Python (slow path: the "
+                                "graph holds the JPEG decoder only); naming files by their "
+                                "format (.png, ...) decodes them in graph", kind)
+            return self._others(b, None)
+
+        img, reason = tf.py_function(run, [contents], [tf.uint8, tf.string],
+                                     name=OTHERS_OP_NAME)
+        img.set_shape([None, None, c])
+        reason.set_shape([])
+        if window_fn is not None:
+            oy, ox, ch, cw = window_fn(tf.shape(img))
+            img = img[oy:oy + ch, ox:ox + cw]
         return img, reason
 
     def _others(self, contents, window_fn):

@@ -101,6 +101,22 @@ def hinted_formats(paths: Iterable[str]) -> Set[str]:
     return found
 
 
+JPEG_EXTENSIONS = tuple(e for e, f in EXTENSIONS.items() if f == JPEG)
+
+
+def all_jpeg_named(paths: Iterable[str]) -> bool:
+    """Whether there is some path and every one has a JPEG extension (.jpg, .jpeg,
+    .jpe, .jfif, any case): then a graph needs only the JPEG decoder in line (see
+    ``pipeline.decode.Decoder``'s ``others_in_graph``). One ``str.endswith`` per
+    path, stopping at the first other name."""
+    some = False
+    for p in paths:
+        if not p.lower().endswith(JPEG_EXTENSIONS):
+            return False
+        some = True
+    return some
+
+
 def _be16(b: bytes, i: int) -> int:
     return int.from_bytes(b[i:i + 2], "big")
 

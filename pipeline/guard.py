@@ -28,6 +28,7 @@ import sys
 import threading
 from typing import Callable, List, Optional
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -303,51 +304,200 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
     was bad fails at its end (the sentinel) instead of ending empty; with
     several input pipelines (``input_context``), one whose share was all bad
     prints a warning instead (the others may deliver).
+
+    The graph holds the common path only: a few vectorised ops find whether
+    this chunk lost or refused a file, lost elements upstream, or ends an
+    empty epoch. Where Python can run, everything past that (naming the
+    files, the messages, the record of skipped files) is one Python function
+    (``rare_path_py``), so the guard is quick to build; on tf.data service
+    workers it is built in graph (``rare_path_graph``).
     """
     raise_mode = opts.on_error == "raise"
     python_ok = not opts.service  # py_function cannot run on service workers
-    K = CHUNK
-
-    def why(key):
-        path = source.name(key)
-        if python_ok:
-            r = tf.py_function(lambda k: source.why_failed_py(source.name_py(k.numpy())),
-                               [key], tf.string, name=DIAGNOSE_OP_NAME)
-            r.set_shape([])
-            return r
-        if source.records:
-            return tf.constant("the decoder failed on it")
-        contents = tf.io.read_file(path)
-        return decode_lib.diagnose(contents, decode_lib.sniff(contents))
-
-    def nothing_delivered(count):
-        """The failure of an epoch whose every element was bad (``on_error="skip"``):
-        without it the epoch would end with no element, and ``model.fit`` would
-        "finish" with zero steps."""
-        head = tf.strings.format(
-            "pipeline: every file of this epoch was bad ({} of {}), so it delivered "
-            "nothing: on_error=skip skipped them all.", (count, count))
-        if python_ok:
-            def summary_py():
-                return (f"{error_log.summary(3)} The full list: pipeline.errors(dataset).")
-            detail = tf.py_function(summary_py, [], tf.string, name=RECORDER_OP_NAME)
-            detail.set_shape([])
-        else:
-            detail = tf.constant("The reasons are on the tf.data service workers' stderr.")
-        return tf.strings.join([head, " ", detail])
+    rare_path = rare_path_py if python_ok else rare_path_graph
+    rare = rare_path(opts, error_log, source, expected, lost_detail)
 
     def check(state, batch):
         last, delivered = state
         image, y, weight, key, pos, window, reason = batch
         prev = tf.concat([tf.reshape(last, [1]), pos[:-1]], 0)
-        missing = pos - prev - 1                       # files lost before each element
         sentinel_ = tf.equal(reason, SENTINEL)
         bad = tf.logical_and(tf.strings.length(reason) > 0, tf.logical_not(sentinel_))
         keep = tf.logical_not(tf.logical_or(bad, sentinel_))
-        any_lost = tf.reduce_any(missing > 0)
+        delivered = delivered + tf.reduce_sum(tf.cast(keep, tf.int64))
+        odd = tf.reduce_any(pos - prev > 1) | tf.reduce_any(bad)  # a file lost or refused
         if expected is not None:
             # The sentinel's position is the number of elements the plan gave:
             # fewer than expected means a read error upstream was swallowed.
+            odd = odd | tf.reduce_any(sentinel_ & (pos != expected))
+        if not raise_mode:
+            # At the end of the epoch (the sentinel, whose position is the number of
+            # elements the plan gave): none delivered out of some is a failure.
+            odd = odd | (tf.reduce_any(sentinel_ & (pos > 0)) & tf.equal(delivered, 0))
+        keep = tf.cond(odd, lambda: rare(keep, last, delivered, key, pos, window, reason),
+                       lambda: keep)
+        out = (image, y, weight, key)
+
+        def kept():
+            rows = tf.reshape(tf.where(keep), [-1])
+            return tuple(tf.gather(t, rows) for t in out)
+
+        return (pos[-1], delivered), tf.cond(tf.reduce_all(keep), lambda: out, kept)
+
+    return check
+
+
+def _nothing_delivered_head(count) -> str:
+    return (f"pipeline: every file of this epoch was bad ({count} of {count}), so it delivered "
+            "nothing: on_error=skip skipped them all.")
+
+
+def _full_list_hint(error_log: ErrorLog) -> str:
+    return f"{error_log.summary(3)} The full list: pipeline.errors(dataset)."
+
+
+def _pipeline_note(opts) -> str:
+    return (f" (input pipeline {opts.pipeline_id} of {opts.num_pipelines}: a warning, the "
+            "others may deliver)")
+
+
+def _lost_upstream_head(lost, expected) -> str:
+    return (f"pipeline: {lost} element(s) of {expected} were lost while reading the source "
+            "before decoding")
+
+
+def _exceeded(e: ErrorBudgetExceeded) -> str:
+    return f"pipeline: ErrorBudgetExceeded: {str(e)[len('pipeline: '):]}"
+
+
+def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
+                 lost_detail: Optional[Callable]):
+    """The rare path of ``check_fn`` where Python runs: one ``tf.py_function``
+    (``RECORDER_OP_NAME``) that, in this order, reports elements lost upstream
+    (raised, or recorded as "<source>"), names the files of the chunk that were
+    lost (the decoder raised: diagnosed by ``Source.why_failed_py``, once) or
+    refused (their reason) and raises the first one or records them all, and
+    fails an epoch that delivered nothing (``on_error="skip"``). It returns ""
+    or the failure, which an in-graph assertion raises."""
+    raise_mode = opts.on_error == "raise"
+    K = CHUNK
+    big = 2 ** 62
+
+    def name_b(k) -> bytes:
+        return k if source.records else source.paths[max(int(k), 0)].encode()
+
+    def lost_files(prev, pos, window):
+        """Keys and positions of every missing position of the chunk that the
+        window names (those further back are only counted)."""
+        keys, where = [], []
+        for i in range(len(pos)):
+            for q in range(int(prev[i]) + 1, int(pos[i])):
+                j = q - (int(pos[i]) // K - 1) * K
+                if j >= 0:
+                    keys.append(window[i][j])
+                    where.append(q)
+        return keys, where
+
+    def run(last, delivered, key, pos, window, reason):
+        last, delivered = int(last.numpy()), int(delivered.numpy())
+        key, pos = key.numpy(), pos.numpy()
+        window, reason = window.numpy(), reason.numpy().tolist()
+        prev = np.concatenate([[last], pos[:-1]])
+        missing = pos - prev - 1
+        sentinel_ = np.array([r == SENTINEL.encode() for r in reason])
+        bad = np.array([len(r) > 0 for r in reason]) & ~sentinel_
+        if expected is not None and np.any(sentinel_ & (pos != expected)):
+            m = _lost_upstream_head(int(np.max(np.where(sentinel_, expected - pos, 0))),
+                                    expected).encode()
+            m += (b" (e.g. a corrupt TFRecord shard)" if lost_detail is None
+                  else b"; damaged: " + lost_detail().numpy())
+            if raise_mode:
+                return m
+            try:
+                error_log.add("<source>", m.decode())
+            except ErrorBudgetExceeded as e:
+                return _exceeded(e)
+        if np.any(missing > 0) or np.any(bad):
+            lost_keys, lost_pos = lost_files(prev, pos, window)
+            if raise_mode:
+                first_lost = min(lost_pos + [big])
+                bad_pos = np.where(bad, pos, big)
+                if first_lost < int(np.min(bad_pos)):
+                    k = lost_keys[int(np.argmin(lost_pos))]
+                    why = source.why_failed_py(source.name_py(k)).encode()
+                else:
+                    i = int(np.argmin(bad_pos))
+                    k, why = key[i], reason[i]
+                return b"pipeline: cannot load file " + name_b(k) + b" (" + why + b")"
+            count = int(np.sum(missing)) if np.any(missing > 0) else 0
+            exceeded = _record(error_log, source, lost_keys, count,
+                               [k for k, b in zip(key.tolist(), bad) if b],
+                               [r for r, b in zip(reason, bad) if b])
+            if exceeded:
+                return exceeded
+        if not raise_mode:
+            count = int(np.max(np.where(sentinel_, pos, -1)))
+            if count > 0 and delivered == 0:
+                m = f"{_nothing_delivered_head(count)} {_full_list_hint(error_log)}"
+                if opts.num_pipelines <= 1:
+                    return m
+                print(m + _pipeline_note(opts), file=sys.stderr, flush=True)
+        return ""
+
+    def rare(keep, last, delivered, key, pos, window, reason):
+        failed = tf.py_function(run, [last, delivered, key, pos, window, reason], tf.string,
+                                name=RECORDER_OP_NAME)
+        failed.set_shape([])
+        with tf.control_dependencies([tf.debugging.Assert(
+                tf.equal(tf.strings.length(failed), 0), [failed])]):
+            return tf.identity(keep)
+
+    return rare
+
+
+def _record(error_log: ErrorLog, source: Source, keys, count: int, bad_keys, bad_reasons) -> str:
+    """Records the bad files of a chunk (``on_error="skip"``); "" or the exceeded
+    budget's message. A file whose decoder raised is diagnosed once (a decode), not
+    every epoch."""
+    try:
+        for k in keys:
+            p = source.name_py(k)
+            if p not in error_log:
+                error_log.add(p, source.why_failed_py(p))
+        if count > len(keys):
+            error_log.add(f"<{count - len(keys)} unnamed file(s)>",
+                          "decoder failed; more files in a row failed than "
+                          f"the {CHUNK}-file window can name")
+        for k, r in zip(bad_keys, bad_reasons):
+            error_log.add(source.name_py(k), r.decode("utf-8", "replace"))
+    except ErrorBudgetExceeded as e:
+        return _exceeded(e)
+    return ""
+
+
+def rare_path_graph(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
+                    lost_detail: Optional[Callable]):
+    """The rare path of ``check_fn`` in graph, for tf.data service workers (no
+    Python): the same checks as ``rare_path_py``; a failure is raised by an
+    in-graph assertion, and skipped files are reported on the worker's stderr
+    (``pipeline.errors(ds)`` stays empty)."""
+    del error_log  # no Python here
+    raise_mode = opts.on_error == "raise"
+    K = CHUNK
+
+    def why(key):
+        if source.records:
+            return tf.constant("the decoder failed on it")
+        contents = tf.io.read_file(source.name(key))
+        return decode_lib.diagnose(contents, decode_lib.sniff(contents))
+
+    def rare(keep, last, delivered, key, pos, window, reason):
+        prev = tf.concat([tf.reshape(last, [1]), pos[:-1]], 0)
+        missing = pos - prev - 1                       # files lost before each element
+        sentinel_ = tf.equal(reason, SENTINEL)
+        bad = tf.logical_and(tf.strings.length(reason) > 0, tf.logical_not(sentinel_))
+        any_lost = tf.reduce_any(missing > 0)
+        if expected is not None:
             short = tf.reduce_any(sentinel_ & (pos != expected))
             lost_upstream = tf.reduce_max(tf.where(sentinel_, expected - pos, 0))
 
@@ -364,21 +514,6 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
             if raise_mode:
                 def report():
                     with tf.control_dependencies([tf.debugging.Assert(False, [message()])]):
-                        return tf.constant(True)
-            elif python_ok:
-                def add_lost(m):
-                    try:
-                        error_log.add("<source>", m.numpy().decode())
-                    except ErrorBudgetExceeded as e:
-                        return f"pipeline: ErrorBudgetExceeded: {str(e)[len('pipeline: '):]}"
-                    return ""
-
-                def report():
-                    exceeded = tf.py_function(add_lost, [message()], tf.string,
-                                              name=RECORDER_OP_NAME)
-                    exceeded.set_shape([])
-                    with tf.control_dependencies([tf.debugging.Assert(
-                            tf.equal(tf.strings.length(exceeded), 0), [exceeded])]):
                         return tf.constant(True)
             else:
                 def report():
@@ -419,69 +554,40 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
                 with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
                     return tf.identity(keep)
         else:
-            def record(keys, count, bad_keys, bad_reasons):  # rare path: bad files only
-                """Records the bad files; returns "" or the exceeded budget's message."""
-                keys = keys.numpy().tolist()
-                try:
-                    for k in keys:
-                        p = source.name_py(k)
-                        if p not in error_log:  # diagnosed once (a decode), not every epoch
-                            error_log.add(p, source.why_failed_py(p))
-                    if int(count) > len(keys):
-                        error_log.add(f"<{int(count) - len(keys)} unnamed file(s)>",
-                                      "decoder failed; more files in a row failed than "
-                                      f"the {K}-file window can name")
-                    for k, r in zip(bad_keys.numpy().tolist(), bad_reasons.numpy().tolist()):
-                        error_log.add(source.name_py(k), r.decode("utf-8", "replace"))
-                except ErrorBudgetExceeded as e:
-                    return f"pipeline: ErrorBudgetExceeded: {str(e)[len('pipeline: '):]}"
-                return ""
-
             def fail():
-                lost_keys, _, count = tf.cond(any_lost, lost, lambda: (
+                lost_keys, _, _ = tf.cond(any_lost, lost, lambda: (
                     tf.zeros([0], source.empty_key.dtype), tf.zeros([0], tf.int64),
                     tf.constant(0, tf.int64)))
                 bad_keys, bad_reasons = tf.boolean_mask(key, bad), tf.boolean_mask(reason, bad)
-                if python_ok:
-                    exceeded = tf.py_function(record, [lost_keys, count, bad_keys, bad_reasons],
-                                              tf.string, name=RECORDER_OP_NAME)
-                    exceeded.set_shape([])
-                    done = tf.debugging.Assert(tf.equal(tf.strings.length(exceeded), 0),
-                                               [exceeded])
-                else:
-                    # Service workers: the skip is reported on the worker's
-                    # stderr, and pipeline.errors(ds) stays empty.
-                    done = tf.print("pipeline: skipped", tf.strings.reduce_join(
-                        tf.strings.join([source.name(bad_keys), bad_reasons], " "),
-                        separator="; "), "; decoder failed:", source.name(lost_keys),
-                        output_stream=sys.stderr)
+                done = tf.print("pipeline: skipped", tf.strings.reduce_join(
+                    tf.strings.join([source.name(bad_keys), bad_reasons], " "),
+                    separator="; "), "; decoder failed:", source.name(lost_keys),
+                    output_stream=sys.stderr)
                 with tf.control_dependencies([done]):
                     return tf.identity(keep)
 
         keep = tf.cond(any_lost | tf.reduce_any(bad), fail, lambda: keep)
-        delivered = delivered + tf.reduce_sum(tf.cast(keep, tf.int64))
         if not raise_mode:
-            # At the end of the epoch (the sentinel, whose position is the number of
-            # elements the plan gave): none delivered out of some is a failure.
             count = tf.reduce_max(tf.where(sentinel_, pos, -1))
             empty = (count > 0) & tf.equal(delivered, 0)
 
             def fail_empty():
+                head = tf.strings.format(
+                    "pipeline: every file of this epoch was bad ({} of {}), so it delivered "
+                    "nothing: on_error=skip skipped them all.", (count, count))
+                m = tf.strings.join(
+                    [head, " The reasons are on the tf.data service workers' stderr."])
                 if opts.num_pipelines > 1:
                     # One share of several (input_context): the others may deliver, so
                     # this pipeline's empty epoch is a warning, not a failure.
-                    m = tf.strings.join([nothing_delivered(count), tf.strings.format(
-                        " (input pipeline {} of {}: a warning, the others may deliver)",
-                        (opts.pipeline_id, opts.num_pipelines))])
-                    done = tf.print(m, output_stream=sys.stderr)
+                    done = tf.print(tf.strings.join([m, _pipeline_note(opts)]),
+                                    output_stream=sys.stderr)
                 else:
-                    done = tf.debugging.Assert(False, [nothing_delivered(count)])
+                    done = tf.debugging.Assert(False, [m])
                 with tf.control_dependencies([done]):
                     return tf.identity(keep)
 
             keep = tf.cond(empty, fail_empty, lambda: keep)
-        out = (image, y, weight, key)
-        return (pos[-1], delivered), tf.cond(tf.reduce_all(keep), lambda: out,
-                                lambda: tuple(tf.boolean_mask(t, keep) for t in out))
+        return keep
 
-    return check
+    return rare

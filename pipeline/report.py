@@ -278,7 +278,7 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
     opts = config.make_options(
         "scan", max_pixels=config.DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels,
         num_parallel_calls=num_parallel_calls, image_size=None, batch_size=None)
-    decoder, _ = assemble.make_stages(idx, opts)
+    decoder, _ = assemble.make_stages(idx, opts, full_graph=True)
     pre = [idx.errors.get(k, "") for k in range(len(idx))]
 
     def probe(k, path, pre_error):

@@ -41,8 +41,10 @@ _PYTHON_STATE_OPS = {
     "EagerPyFunc": "tf.py_function",
 }
 # The package's own rare-path Python ops hold no state across elements: the
-# skip recorder, the failure diagnosis and the Pillow fallback decoder.
-_SAFE_PY_OPS = (guard.RECORDER_OP_NAME, guard.DIAGNOSE_OP_NAME, decode.FALLBACK_OP_NAME)
+# skip recorder, the failure diagnosis, the Pillow fallback decoder and the
+# other-formats decoder of a JPEG-only graph.
+_SAFE_PY_OPS = (guard.RECORDER_OP_NAME, guard.DIAGNOSE_OP_NAME, decode.FALLBACK_OP_NAME,
+                decode.OTHERS_OP_NAME)
 _SERVICE_OPS = ("DataServiceDataset", "DataServiceDatasetV2", "DataServiceDatasetV3",
                 "DataServiceDatasetV4")
 
