@@ -423,12 +423,12 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         raise ValueError(
             "`label_mode='binary'` needs exactly 2 classes; found "
             f"{num_classes}. Received: label_mode='binary', class_names={shown!r}")
-    if idx is not None and idx.errors:
+    if idx is not None and idx.errors and opts.on_error == "raise":
+        # (With "skip", each is logged once, when it is skipped: guard.ErrorLog.)
         bad = idx.bad
         logging.warning("pipeline: %d of %d file(s) are bad at index time (%s ...); "
-                        "they are %s when met", len(bad), n,
-                        "; ".join(f"{p}: {e}" for p, e in bad[:3]),
-                        "skipped and recorded" if opts.on_error == "skip" else "raised")
+                        "they are raised when met", len(bad), n,
+                        "; ".join(f"{p}: {e}" for p, e in bad[:3]))
     paths = idx.paths if idx is not None else []
     decoder, stages = make_stages(source, opts)
     note = decoder.fallback_note(idx.paths) if idx is not None else ""

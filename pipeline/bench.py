@@ -147,8 +147,28 @@ def _batch_len(batch) -> int:
     return int(x.shape[0])
 
 
+# The progress bar of a candidate's epoch: tqdm's own rate (each epoch's images over its
+# time, start-up included) is left out; the postfix shows the steady rate, as the table.
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
+STEADY_POSTFIX = "steady {} img/s"
+
+
+def _rate_text(n: int, seconds: float) -> str:
+    """``n / seconds`` as the bar shows it: "1,234", "56.7", or "-" before any is timed."""
+    if not n or seconds <= 0:
+        return "-"
+    rate = n / seconds
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+
+
 def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
-    """Runs ``spec["epochs"]`` epochs of ``factory(spec)`` and returns the figures."""
+    """Runs ``spec["epochs"]`` epochs of ``factory(spec)`` and returns the figures.
+
+    With ``progress``, a tqdm bar per epoch (stderr) whose postfix is the steady
+    rate the table reports ("steady N img/s": the images after each epoch's first
+    batch over their time, the epochs so far), not tqdm's rate, which counts each
+    epoch's start-up.
+    """
     from tqdm.auto import tqdm
 
     rss0 = _status_mb("VmRSS")
@@ -163,8 +183,11 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
         c_start = time.process_time()
         t_first = c_first = None
         n = 0
+        # The bar shows the table's measure, not tqdm's rate (which counts each epoch's
+        # start-up): images after each epoch's first batch over their time, all epochs so far.
         bar = tqdm(total=total, unit="img", desc=f"{spec['name']} epoch {epoch + 1}/{epochs}",
-                   disable=not progress, leave=False, file=sys.stderr)
+                   disable=not progress, leave=False, file=sys.stderr, bar_format=BAR_FORMAT,
+                   postfix=STEADY_POSTFIX.format(_rate_text(steady_n, steady_t)))
         for batch in ds:
             b = _batch_len(batch)
             if t_first is None:
@@ -174,6 +197,9 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
                     first_batch = t_first - t_build
             else:
                 steady_n += b
+                if progress:
+                    bar.set_postfix_str(STEADY_POSTFIX.format(_rate_text(
+                        steady_n, steady_t + time.perf_counter() - t_first)), refresh=False)
             n += b
             bar.update(b)
         bar.close()

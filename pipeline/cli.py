@@ -40,6 +40,7 @@ import shlex
 import socket
 import sys
 import tempfile
+import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import app, flags, logging
@@ -151,12 +152,19 @@ _define(flags.DEFINE_integer, "num_workers", None, "Writer threads.", ["convert"
 _define(flags.DEFINE_bool, "shuffle", True, "Write the rows in a seeded random order "
         "(--seed), so that shards do not keep classes together; --noshuffle keeps the "
         "index order.", ["convert"])
-_define(flags.DEFINE_string, "path_column", None, "Manifest path column (SRC a manifest).",
-        ["convert"])
-_define(flags.DEFINE_list, "label_columns", None, "Manifest label column(s) (SRC a manifest).",
-        ["convert"])
-_define(flags.DEFINE_string, "root", None, "Manifest root for relative paths (SRC a "
-        "manifest; default: its folder).", ["convert"])
+_define(flags.DEFINE_string, "path_column", None, {
+    "convert": "Manifest column of the image paths (SRC a manifest; default: path).",
+    "scan": "Manifest column of the image paths (SOURCE a manifest; default: path).",
+}, ["convert", "scan"])
+_define(flags.DEFINE_list, "label_columns", None, {
+    "convert": "Manifest label column(s) (SRC a manifest; default: label, if there is one).",
+    "scan": "Manifest label column(s), counted per class (SOURCE a manifest; default: "
+            "label, if there is one).",
+}, ["convert", "scan"])
+_define(flags.DEFINE_string, "root", None, {
+    "convert": "Manifest root for relative paths (SRC a manifest; default: its folder).",
+    "scan": "Manifest root for relative paths (SOURCE a manifest; default: its folder).",
+}, ["convert", "scan"])
 _define(flags.DEFINE_bool, "allow_outside_root", False, {
     "convert": "A manifest SRC may name files outside its folder (absolute paths, ..).",
     "scan": "A manifest SOURCE may name files outside its folder (absolute paths, ..).",
@@ -186,8 +194,11 @@ _define(flags.DEFINE_string, "json_out", None, {
             "JSON to this file.",
     "doctor": "Also write the stack report as JSON to this file.",
 }, ["bench", "scan", "doctor"])
-_define(flags.DEFINE_bool, "json", False, "Print the report as JSON instead of aligned "
-        "lines.", ["doctor"])
+_define(flags.DEFINE_bool, "json", False, {
+    "convert": "End with the result as one JSON line (num_examples, class_names, shards, "
+               "skipped) instead of the summary line.",
+    "doctor": "Print the report as JSON instead of aligned lines.",
+}, ["convert", "doctor"])
 _define(flags.DEFINE_bool, "progress", True, {
     "bench": "Show each candidate run's progress bar per epoch (stderr).",
     "scan": "Show a progress bar of the files decoded (stderr).",
@@ -259,6 +270,34 @@ def _as_typed(values: Sequence[str]) -> str:
     """A list flag's value as the user types it: comma-separated (``a,b``), never a
     Python list."""
     return ",".join(str(v) for v in values)
+
+
+# The command line as absl parsed it (``_parse_flags``), so that an error can echo a flag's
+# value as it was typed (``_typed``), not as absl parsed it (``-1``, not ``-1.0``).
+_ARGV: List[str] = []
+
+
+def _typed(name: str) -> str:
+    """The value of ``--name`` as the user typed it: the last one given (``--name=V``,
+    ``--name V``, one dash or two), as absl takes the last. A value not on the command
+    line (a default, a --flagfile's) is the parsed one read back (``_as_typed`` for a
+    list)."""
+    args = _ARGV[1:]
+    args = args[:args.index("--")] if "--" in args else args
+    takes_next = FLAGS[name].flag_type() != "bool"
+    typed = None
+    for k, a in enumerate(args):
+        if not a.startswith("-"):
+            continue
+        key = a.lstrip("-")
+        if key.startswith(name + "="):
+            typed = key[len(name) + 1:]
+        elif key == name and takes_next and k + 1 < len(args):
+            typed = args[k + 1]
+    if typed is not None:
+        return typed
+    value = FLAGS[name].value
+    return _as_typed(value) if isinstance(value, list) else str(value)
 
 
 def _received_args(argv: Sequence[str]) -> str:
@@ -464,7 +503,7 @@ def _check_source(label: str, path: str, manifest_ok: bool = True) -> None:
 def _positive(name: str) -> None:
     value = getattr(FLAGS, name)
     if value is not None and value <= 0:
-        raise usage_error(f"--{name} must be > 0. Received: {value}")
+        raise usage_error(f"--{name} must be > 0. Received: {_typed(name)}")
 
 
 # The figures bench prints for pipeline: each must be a number (never NaN or inf).
@@ -534,7 +573,7 @@ def _check_bench(argv: List[str]) -> None:
     if FLAGS.max_spread is not None and not (math.isfinite(FLAGS.max_spread)
                                              and FLAGS.max_spread > 0):
         raise usage_error(f"--max_spread must be a finite number > 0. Received: "
-                          f"{FLAGS.max_spread}")
+                          f"--max_spread={_typed('max_spread')}")
     unknown = [c for c in _bench_names() if c not in bench.CANDIDATES]
     if unknown and not FLAGS.profile:
         raise usage_error(f"--compare: unknown candidate(s) {_as_typed(unknown)}; known: "
@@ -549,7 +588,8 @@ def _check_bench(argv: List[str]) -> None:
         _positive("target_images_per_sec")
         _positive("worker_cores")
         if FLAGS.headroom < 1:
-            raise usage_error(f"--headroom must be >= 1. Received: {FLAGS.headroom}")
+            raise usage_error(f"--headroom must be >= 1. Received: --headroom="
+                              f"{_typed('headroom')}")
     # A flag of one mode given without it would be ignored without a word: refuse it.
     for mode, names in BENCH_MODE_FLAGS.items():
         given = [n for n in names if FLAGS[n].present]
@@ -558,7 +598,8 @@ def _check_bench(argv: List[str]) -> None:
                 f"{', '.join('--' + n for n in given)} "
                 f"{'applies' if len(given) == 1 else 'apply'} with --{mode} only (without it "
                 f"bench compares peers in eval mode). Received: "
-                + ", ".join(FLAGS[n].serialize() for n in given))
+                + ", ".join(FLAGS[n].serialize() if FLAGS[n].flag_type() == "bool" else
+                            f"--{n}={_typed(n)}" for n in given))
     if FLAGS.json_out:  # before the runs, not after them
         _check_writable("json_out")
     if FLAGS.profile_dir:
@@ -678,10 +719,22 @@ def cmd_bench(argv: List[str]) -> int:
     return 0
 
 
+def _check_manifest_flags(label: str, source: str) -> None:
+    """Usage error when a manifest flag is given and ``source`` (named ``label``: SRC,
+    SOURCE) is not a manifest."""
+    kw = _manifest_flags()
+    if kw and not checks.is_manifest(source):
+        raise usage_error(
+            f"{', '.join('--' + k for k in kw)} appl{'ies' if len(kw) == 1 else 'y'} to a "
+            f"manifest {label} (.csv / .jsonl) only; {label} is not one. "
+            f"Received: {label}={source!r}")
+
+
 def _check_scan(argv: List[str]) -> None:
     if len(argv) != 2:
         raise usage_error(f"scan takes one SOURCE. {_received_args(argv)}")
     _positive("max_pixels")
+    _check_manifest_flags("SOURCE", argv[1])
     _check_source("SOURCE", argv[1])
     if FLAGS.json_out:  # fail before the scan, not after it (and create nothing yet)
         _check_writable("json_out")
@@ -702,7 +755,9 @@ def cmd_scan(argv: List[str]) -> int:
 
     report = report_lib.scan(argv[1], max_pixels=FLAGS.max_pixels,
                              follow_links=FLAGS.follow_links, progress=FLAGS.progress,
-                             allow_outside_root=FLAGS.allow_outside_root)
+                             allow_outside_root=FLAGS.allow_outside_root,
+                             path_column=FLAGS.path_column,
+                             label_columns=FLAGS.label_columns, root=FLAGS.root)
     print(report.table())
     _write_text(FLAGS.json_out, report.to_json(indent=2))
     return 1 if report.bad_files else 0
@@ -731,11 +786,7 @@ def _check_convert(argv: List[str]) -> None:
     if FLAGS.on_error not in ("raise", "skip"):
         raise usage_error(f"--on_error must be 'raise' or 'skip'. Received: {FLAGS.on_error!r}")
     _check_seed()
-    kw = _manifest_flags()
-    if kw and not checks.is_manifest(argv[1]):
-        raise usage_error(
-            f"{', '.join('--' + k for k in kw)} appl{'ies' if len(kw) == 1 else 'y'} to a "
-            f"manifest SRC (.csv / .jsonl) only; SRC is not one. Received: SRC={argv[1]!r}")
+    _check_manifest_flags("SRC", argv[1])
     src, out = argv[1], argv[2]
     _check_source("SRC", src)
     if "://" not in src and "://" not in out and os.path.isdir(src):
@@ -753,8 +804,10 @@ def _check_convert(argv: List[str]) -> None:
          "--on_error.",
          positionals=(("SRC", "a class-folder directory or a manifest (.csv / .jsonl)"),
                       ("OUT", "the output folder for the shards and their metadata")),
-         notes="Exit status: 0 written (with --on_error=skip, the bad files left out are "
-               "listed before the JSON line), 1 bad files with --on_error=raise (each named "
+         notes="Prints a summary line (records, shards, OUT, time, bad files skipped); "
+               "--json prints the result as one JSON line instead. "
+               "Exit status: 0 written (with --on_error=skip, the bad files left out are "
+               "listed before that line), 1 bad files with --on_error=raise (each named "
                "with its reason; nothing written), 2 a usage error or SRC cannot be read.",
          title="write TFRecord shards",
          arg_names={"directory": "SRC", "source": "SRC", "manifest": "SRC",
@@ -769,6 +822,7 @@ def cmd_convert(argv: List[str]) -> int:
     # The library's warning on fewer shards than asked is said by the line below instead.
     quiet = _DropLogLines(shards.FEWER_SHARDS)
     logging.get_absl_logger().addFilter(quiet)
+    started = time.perf_counter()
     try:
         meta = shards.write_tfrecords(
             argv[1], argv[2], FLAGS.num_shards, shuffle=FLAGS.shuffle, seed=FLAGS.seed,
@@ -803,9 +857,31 @@ def cmd_convert(argv: List[str]) -> int:
               f"there are only {meta['num_examples']} files to write"
               + (f" ({len(skipped)} bad left out)" if skipped else "")
               + " and a shard holds at least one record (one file per shard)")
-    print(json.dumps({k: meta[k] for k in ("num_examples", "class_names", "shards",
-                                            "skipped")}))
+    if FLAGS.json:
+        print(json.dumps({k: meta[k] for k in ("num_examples", "class_names", "shards",
+                                                "skipped")}))
+    else:
+        print(convert_summary(meta, argv[2], time.perf_counter() - started))
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def convert_summary(meta: dict, out: str, seconds: float) -> str:
+    """``convert``'s last line: what it wrote (``write_tfrecords``' ``meta``) to ``out``,
+    and in how long, e.g. "wrote 9 records in 2 shards to out/ in 4.1 s (3 classes); 3 bad
+    files skipped (listed above and in out/dataset.json)"."""
+    n_classes = len(meta["class_names"] or [])
+    classes = f" ({n_classes:,} class{'' if n_classes == 1 else 'es'})" if n_classes else ""
+    skipped = len(meta["skipped"])
+    sidecar = os.path.join(out, "dataset.json") if "://" not in out else \
+        out.rstrip("/") + "/dataset.json"
+    bad = (f"; {_count(skipped, 'bad file')} skipped (listed above and in {sidecar})"
+           if skipped else "; no bad files")
+    return (f"wrote {_count(meta['num_examples'], 'record')} in "
+            f"{_count(len(meta['shards']), 'shard')} to {out} in {seconds:.1f} s{classes}{bad}")
 
 
 # The service flags of one role only (--port is both roles').
@@ -1047,6 +1123,7 @@ def _parse_flags(argv: List[str]) -> List[str]:
     absl's is looked up again after ``import tensorflow``: the one usage error
     that waits for TensorFlow.
     """
+    _ARGV[:] = argv
     try:
         return FLAGS(argv)
     except flags.UnrecognizedFlagError as e:

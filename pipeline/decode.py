@@ -106,11 +106,13 @@ def _tiff_has_extra_samples(head: bytes) -> bool:
 
 
 def bytes_text(values):
-    """In graph: byte values (an integer vector) as the text inside a Python bytes
-    literal, e.g. ``hello th`` or ``\\x00\\x01ab`` (``formats.BYTE_TEXT``; the
-    same words as ``formats.describe_start``). Built only on the bad-file path."""
-    return tf.strings.reduce_join(tf.gather(tf.constant(_F.BYTE_TEXT),
-                                            tf.cast(values, tf.int32)))
+    """In graph: byte values (an integer vector) as ``hexdump -C`` shows them, e.g.
+    ``68 65 6c 6c 6f 20 74 68 |hello th|`` (``formats.describe_bytes``: the same
+    words; no quote or backslash). Built only on the bad-file path."""
+    values = tf.cast(values, tf.int32)
+    return tf.strings.join([
+        tf.strings.reduce_join(tf.gather(tf.constant(_F.BYTE_HEX), values), separator=" "),
+        " |", tf.strings.reduce_join(tf.gather(tf.constant(_F.BYTE_TEXT), values)), "|"])
 
 
 def bytes_at(contents, pos, n: int):
@@ -485,7 +487,7 @@ def diagnose(contents, fmt):
     reason = tf.where((fmt == _F.JPEG) & tf.not_equal(tail2, b"\xff\xd9"),
                       "truncated JPEG (no end-of-image marker)", reason)
     reason = tf.where(fmt == _F.UNKNOWN, tf.strings.join(
-        ["not an image (first bytes b'", first, "')"]), reason)
+        ["not an image (first bytes ", first, ")"]), reason)
     reason = tf.where(size == 0, "empty file (0 bytes)", reason)
     return reason
 
@@ -944,7 +946,7 @@ class Decoder:
             n = tf.minimum(8, tf.strings.length(contents))  # no made-up zero padding
             first = bytes_text(head[:n])
             unknown = tf.where(tf.equal(tf.strings.length(contents), 0), "empty file (0 bytes)",
-                               tf.strings.join(["not an image (first bytes b'", first, "')"]))
+                               tf.strings.join(["not an image (first bytes ", first, ")"]))
             return self.placeholder(), tf.where(fmt == _F.UNKNOWN, unknown, reason)
 
         def other(fn):

@@ -64,20 +64,32 @@ def sniff_bytes(head: bytes) -> Optional[str]:
 
 
 def _byte_text(b: int) -> str:
-    """One byte as it shows inside a single-quoted Python bytes literal."""
-    return "\\'" if b == 0x27 else repr(bytes([b]))[2:-1]
+    """One byte as ``hexdump -C`` shows it in its text column: printable ASCII as
+    itself, any other byte as "."; the quote and backslash characters too, since
+    TensorFlow escapes them in an error's message (``b\\'...\\'``)."""
+    return chr(b) if 0x20 <= b < 0x7f and chr(b) not in "'\"\\" else "."
 
 
-# Per byte value, its text inside b'...' (printable ASCII as itself, \n, \xff, ...):
-# the graph builds the same text as describe_start with one gather (``pipeline.decode``).
+# Per byte value, its two hex digits, and its character in the text column (``_byte_text``):
+# the graph builds the same text as ``describe_bytes`` with gathers (``pipeline.decode``).
+BYTE_HEX = tuple(f"{b:02x}" for b in range(256))
 BYTE_TEXT = tuple(_byte_text(b) for b in range(256))
+
+
+def describe_bytes(head: bytes) -> str:
+    """Bytes as ``hexdump -C`` shows them: hex, then the text between bars, e.g.
+    "68 65 6c 6c 6f 20 74 68 |hello th|" (no quote or backslash, which TensorFlow's
+    error messages would escape)."""
+    head = bytes(head)
+    return (" ".join(BYTE_HEX[b] for b in head) + " |"
+            + "".join(BYTE_TEXT[b] for b in head) + "|")
 
 
 def describe_start(head: bytes) -> str:
     """The reason for bytes that match no signature (the same words as in graph):
-    its first 8 bytes as a Python bytes literal, e.g. "not an image (first bytes
-    b'hello th')"."""
-    return "not an image (first bytes b'" + "".join(BYTE_TEXT[b] for b in bytes(head[:8])) + "')"
+    its first 8 bytes (``describe_bytes``), e.g. "not an image (first bytes
+    68 65 6c 6c 6f 20 74 68 |hello th|)"."""
+    return f"not an image (first bytes {describe_bytes(bytes(head[:8]))})"
 
 
 def from_extension(path: str) -> Optional[str]:

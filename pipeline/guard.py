@@ -59,11 +59,18 @@ class ErrorBudgetExceeded(RuntimeError):
     """
 
 
+# Skipped files logged one by one per dataset; the rest are counted (``ErrorLog.flush``).
+LOG_LIMIT = 10
+
+
 class ErrorLog:
     """Thread-safe record of the files skipped under ``on_error="skip"``.
 
     Each bad file is recorded once (the first time it is met), with its path
-    and reason, and logged as it happens.
+    and reason. The first ``LOG_LIMIT`` (10) are logged as they happen, one
+    warning each ("pipeline: skipped PATH: REASON"); the others are counted,
+    and ``flush`` (called at the end of each epoch) logs one warning with
+    their number. ``records()`` (``pipeline.errors``) lists every one.
 
     Args:
         num_files: int, files in the dataset (for a fractional budget).
@@ -78,6 +85,7 @@ class ErrorLog:
         self.num_files = num_files
         self.max_errors = max_errors
         self._exceeded_message = ""
+        self._unlogged = 0  # recorded since the last flush, past LOG_LIMIT
 
     @property
     def allowed(self) -> Optional[int]:
@@ -101,7 +109,9 @@ class ErrorLog:
             count = len(self._records)
             allowed = self.allowed
             exceeded = allowed is not None and count > allowed
-        logging.warning("pipeline: skipped %s: %s", path, reason)
+            self._unlogged += count > LOG_LIMIT
+        if count <= LOG_LIMIT:
+            logging.warning("pipeline: skipped %s: %s", path, reason)
         if exceeded:
             message = (f"pipeline: {count} bad files of {self.num_files}, over the budget "
                        f"max_errors={self.max_errors!r} ({allowed} allowed). "
@@ -109,6 +119,19 @@ class ErrorLog:
             with self._lock:
                 self._exceeded_message = message
             raise ErrorBudgetExceeded(message)
+
+    def flush(self) -> None:
+        """Logs one warning for the files recorded since the last flush and not logged
+        one by one (past the first ``LOG_LIMIT``), if any: how many, the total, and
+        that ``pipeline.errors(dataset)`` lists them all."""
+        with self._lock:
+            unlogged, self._unlogged = self._unlogged, 0
+            count = len(self._records)
+        if unlogged:
+            logging.warning("pipeline: skipped %d more bad file(s), not logged one by one "
+                            "(only the first %d are); %d skipped in all: "
+                            "pipeline.errors(dataset) lists every one with its reason",
+                            unlogged, LOG_LIMIT, count)
 
     def __contains__(self, path: str) -> bool:
         with self._lock:
@@ -334,6 +357,9 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
             # At the end of the epoch (the sentinel, whose position is the number of
             # elements the plan gave): none delivered out of some is a failure.
             odd = odd | (tf.reduce_any(sentinel_ & (pos > 0)) & tf.equal(delivered, 0))
+            if python_ok:
+                # Once an epoch: one line for the skipped files not logged one by one.
+                odd = odd | tf.reduce_any(sentinel_)
         keep = tf.cond(odd, lambda: rare(keep, last, delivered, key, pos, window, reason),
                        lambda: keep)
         out = (image, y, weight, key)
@@ -435,6 +461,8 @@ def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[i
                                [r for r, b in zip(reason, bad) if b])
             if exceeded:
                 return exceeded
+        if not raise_mode and np.any(sentinel_):
+            error_log.flush()
         if not raise_mode:
             count = int(np.max(np.where(sentinel_, pos, -1)))
             if count > 0 and delivered == 0:

@@ -46,6 +46,26 @@ def _names(columns) -> str:
     return ", ".join(repr(c) for c in columns) or "none"
 
 
+def _check_column(name: str, value) -> str:
+    """``value`` when it is a column name (a non-empty str).
+
+    Raises:
+        ValueError: naming ``name`` and the value received.
+    """
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"`{name}` must be a column name (a non-empty str). "
+                         f"{checks.received(name, value)}")
+    return value
+
+
+def _which(absent, path_column, label_columns, weight_column) -> str:
+    """``Received: ...``: the arguments that named the ``absent`` columns."""
+    given = [("path_column", [path_column]), ("label_columns", label_columns or []),
+             ("weight_column", [weight_column] if weight_column else [])]
+    named = [(k, v if len(v) > 1 else v[0]) for k, v in given if set(v) & set(absent)]
+    return "Received: " + ", ".join(f"{k}={v!r}" for k, v in named)
+
+
 def _rows(path: str):
     """Yields (line_number, dict row, header) from a CSV/TSV (header row) or JSON Lines file.
 
@@ -204,13 +224,25 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
         root = os.fspath(root)
         if not read.is_remote(root):
             root = os.path.abspath(root)
+    _check_column("path_column", path_column)
+    if weight_column is not None:
+        _check_column("weight_column", weight_column)
     if isinstance(label_columns, str):
         label_columns = [label_columns]
     auto_label = label_columns is None
     if label_columns is not None:
-        label_columns = list(label_columns)
+        given = label_columns
+        try:
+            label_columns = list(label_columns)
+        except TypeError:
+            raise ValueError("`label_columns` must be a column name or a list of them. "
+                             f"{checks.received('label_columns', given)}") from None
         if not label_columns:
             raise ValueError("`label_columns` is empty. Received: label_columns=[]")
+        for c in label_columns:
+            if not isinstance(c, str) or not c:
+                raise ValueError("`label_columns` must be column names (non-empty str). "
+                                 f"{checks.received('label_columns', given)}")
     class_names = checks.check_class_names(class_names)
 
     paths: List[str] = []
@@ -229,7 +261,9 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
             absent = [c for c in needed if c not in header]
             if absent:
                 raise ManifestError(f"{manifest}, line 1 (the header): missing column(s) "
-                                    f"{_names(absent)}; the header has {_names(header)}")
+                                    f"{_names(absent)}; the header has {_names(header)}. "
+                                    + _which(absent, path_column, label_columns,
+                                             weight_column))
             twice = [c for c in dict.fromkeys(needed) if header.count(c) > 1]
             if twice:
                 raise ManifestError(f"{manifest}, line 1 (the header): column(s) "
@@ -241,7 +275,8 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
         absent = [c for c in needed if c not in row]
         if absent:
             raise ManifestError(f"{where}: missing column(s) {_names(absent)}; the row has "
-                                f"{_names(sorted(k for k in row if k is not None))}")
+                                f"{_names(sorted(k for k in row if k is not None))}. "
+                                + _which(absent, path_column, label_columns, weight_column))
         empty = [c for c in needed if row[c] is None]
         if empty:
             raise ManifestError(f"{where}: no value in column(s) {_names(empty)} (a short row, "

@@ -190,13 +190,23 @@ class ScanReport:
         return "<pre>" + html.escape(self.table()) + "</pre>"
 
 
-def _index_for(source, follow_links=False, allow_outside_root=False):
+def _index_for(source, follow_links=False, allow_outside_root=False, manifest_kw=None):
+    manifest_kw = manifest_kw or {}
+    is_manifest = not isinstance(source, (list, tuple)) and manifest_lib.is_manifest(source)
+    if manifest_kw and not is_manifest:
+        shown = ", ".join(f"{k}={v!r}" for k, v in manifest_kw.items())
+        names = ", ".join(f"`{k}`" for k in manifest_kw)
+        raise ValueError(f"{names} appl{'ies' if len(manifest_kw) == 1 else 'y'} to a manifest "
+                         f"source (.csv / .jsonl) only; `source` is not one. Received: "
+                         f"{shown}, source="
+                         + (f"a list of {len(source)} paths" if isinstance(source, (list, tuple))
+                            else repr(os.fspath(source))))
     if isinstance(source, (list, tuple)):
         return index_lib.index_paths(list(source))
     source = os.fspath(source)
-    if os.path.isfile(source) and manifest_lib.is_manifest(source):
+    if os.path.isfile(source) and is_manifest:
         return manifest_lib.index_manifest(source, allow_outside_root=allow_outside_root,
-                                           missing_ok=True)[0]
+                                           missing_ok=True, **manifest_kw)[0]
     if os.path.isdir(source):
         has_dirs = any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(source))
         return index_lib.index_directory(source, "inferred" if has_dirs else None,
@@ -217,7 +227,8 @@ def stack_line() -> str:
 @checks.known_keywords()
 def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[int] = None,
          follow_links: bool = False, progress: bool = True,
-         allow_outside_root: bool = False) -> ScanReport:
+         allow_outside_root: bool = False, path_column: Optional[str] = None,
+         label_columns=None, root: Optional[str] = None) -> ScanReport:
     """Scans a folder, a manifest or a list of paths in one parallel pass.
 
     Every file is read and decoded with the factories' in-graph decoder
@@ -239,6 +250,13 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
         progress: show a tqdm progress bar.
         allow_outside_root: a manifest may name files outside its folder
             (absolute paths, ``..``), as in ``from_manifest``.
+        path_column: str, a manifest's column of image paths (default
+            "path"), as in ``from_manifest``.
+        label_columns: a manifest's label column (str) or columns (list of
+            str); default the column "label" when there is one. Its classes
+            give ``per_class``.
+        root: str, the folder a manifest's relative paths resolve against
+            (default the manifest's folder).
 
     Returns:
         A ``ScanReport``.
@@ -247,9 +265,15 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
         TypeError: an unknown keyword argument (the message names it and the
             closest valid name).
         FileNotFoundError: ``source`` does not exist.
-        ValueError: ``source`` holds no image files, or a bad ``max_pixels``.
+        ValueError: ``source`` holds no image files; a bad ``max_pixels``;
+            ``path_column``, ``label_columns`` or ``root`` given for a source
+            that is not a manifest, or not a column name; a manifest column
+            that is not there (the message names the columns found).
     """
-    idx = _index_for(source, follow_links, allow_outside_root)
+    manifest_kw = {k: v for k, v in (("path_column", path_column),
+                                     ("label_columns", label_columns), ("root", root))
+                   if v is not None}
+    idx = _index_for(source, follow_links, allow_outside_root, manifest_kw)
     return scan_index(idx, max_pixels=max_pixels, num_parallel_calls=num_parallel_calls,
                       progress=progress)
 

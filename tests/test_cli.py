@@ -1357,3 +1357,101 @@ def test_bench_table_legend_says_which_ratio_is_which():
             "per-round ratios instead, so the two can differ)") in table
     lines = "\n".join(bench.headline(res, "pipeline", ["keras"]))
     assert "pipeline / keras, images/s: 2.60x" in lines  # median of 3.0, 1.6, 2.6 per round
+
+
+# --- second fresh-eyes test: scan's manifest columns, values echoed as typed, bench bars ----
+
+def test_scan_is_told_a_manifests_columns(tmp_path):
+    """`scan` of a manifest whose path column is not `path` could not be told its column:
+    --path_column was convert's only."""
+    from conftest import solid
+    for i in range(3):
+        solid(str(tmp_path / "img" / f"{i}.png"), 10 * i)
+    m = tmp_path / "m.csv"
+    m.write_text("file,kind\n" + "".join(f"img/{i}.png,{'ab'[i % 2]}\n" for i in range(3)))
+    code, out, err = run_cli("scan", str(m), "--noprogress")
+    assert code == 2 and err.splitlines()[0] == (
+        f"pipeline scan: error: {m}, line 1 (the header): missing column(s) 'path'; the header "
+        "has 'file', 'kind'. Received: --path_column='path'"), err
+    code, out, err = run_cli("scan", str(m), "--noprogress", "--path_column=file",
+                             "--label_columns=kind")
+    assert code == 0, err
+    assert "files: 3  decodable: 3  bad: 0" in out
+    assert re.search(r"per class\n  a\s+2\n  b\s+1\n", out), out
+    for flag in ("--path_column", "--label_columns", "--root"):
+        assert flag in cli.command_help("scan")
+    got = _usage_errors([["scan", "img", "--path_column=file"],
+                         ["scan", "img", "--label_columns=a,b", "--root=r"]])
+    assert got == [
+        [2, "pipeline scan: error: --path_column applies to a manifest SOURCE (.csv / .jsonl) "
+            "only; SOURCE is not one. Received: SOURCE='img'", False],
+        [2, "pipeline scan: error: --label_columns, --root apply to a manifest SOURCE (.csv / "
+            ".jsonl) only; SOURCE is not one. Received: SOURCE='img'", False]]
+
+
+def test_a_flags_value_is_echoed_as_typed():
+    """`--target_images_per_sec=-1` was echoed as `-1.0`: absl's parsed float, not what the
+    user typed."""
+    cases = [
+        (["bench", "--plan", "--target_images_per_sec=-1"],
+         "pipeline bench: error: --target_images_per_sec must be > 0. Received: -1"),
+        (["bench", "--plan", "--target_images_per_sec", "-2"],
+         "pipeline bench: error: --target_images_per_sec must be > 0. Received: -2"),
+        (["bench", "--max_spread=-1"],
+         "pipeline bench: error: --max_spread must be a finite number > 0. Received: "
+         "--max_spread=-1"),
+        (["bench", "--max_spread=1", "--max_spread=0"],  # absl takes the last: so does the echo
+         "pipeline bench: error: --max_spread must be a finite number > 0. Received: "
+         "--max_spread=0"),
+        (["bench", "--plan", "--target_images_per_sec=5", "-headroom=0.5"],
+         "pipeline bench: error: --headroom must be >= 1. Received: --headroom=0.5"),
+        (["bench", "--plan", "--target_images_per_sec=5", "--headroom=0"],
+         "pipeline bench: error: --headroom must be >= 1. Received: --headroom=0"),
+        (["bench", "--headroom=2", "--noaugment"],
+         "pipeline bench: error: --headroom, --augment apply with --plan only (without it bench "
+         "compares peers in eval mode). Received: --headroom=2, --noaugment"),
+    ]
+    got = _usage_errors([a for a, _ in cases])
+    assert got == [[2, says, False] for _, says in cases]
+    assert "-1.0" not in str(got) and "2.0" not in str(got)
+
+
+def test_convert_summary_line():
+    meta = {"num_examples": 1234, "class_names": ["a"], "shards": [{}], "skipped": []}
+    assert cli.convert_summary(meta, "out", 3.04) == (
+        "wrote 1,234 records in 1 shard to out in 3.0 s (1 class); no bad files")
+    meta = {"num_examples": 1, "class_names": None, "shards": [{}, {}],
+            "skipped": [{"path": "x", "reason": "y"}]}
+    assert cli.convert_summary(meta, "gs://b/out/", 0.5) == (
+        "wrote 1 record in 2 shards to gs://b/out/ in 0.5 s; 1 bad file skipped (listed above "
+        "and in gs://b/out/dataset.json)")
+
+
+def test_bench_bars_show_the_steady_rate_of_the_table(capsys):
+    """bench's bars showed tqdm's rate within each epoch (its start-up included), the table
+    the steady state across epochs: they disagreed."""
+    import time as time_lib
+    import tensorflow as tf
+
+    def factory(spec):
+        def slow_start(x):
+            # the epoch's first batch: a slow start-up, not timed; then 0.15 s per image
+            # (longer than tqdm's 0.1 s between redraws, so that each is drawn)
+            time_lib.sleep(1.0 if int(x) == 0 else 0.15)
+            return x
+        return tf.data.Dataset.range(4).map(
+            lambda x: tf.py_function(slow_start, [x], tf.int64)).batch(1)
+
+    spec = {"name": "toy", "epochs": 2, "num_images": 4}
+    got = bench.measure(factory, spec, progress=True)
+    err = capsys.readouterr().err
+    assert 4 < got["images_per_sec"] < 7  # 1 / 0.15 s at most; the start is left out
+    shown = [float(v.replace(",", "")) for v in re.findall(r"steady ([\d,.]+) img/s", err)]
+    assert len(shown) >= 4 and "img/s]" in err, err
+    # the last figure shown is the table's (rounded), not tqdm's rate within the epoch
+    # (4 images in 1.45 s: under 3 img/s)
+    assert shown[-1] == pytest.approx(got["images_per_sec"], rel=0.1, abs=0.5), (shown, got)
+    assert min(shown) > 3.5
+    assert re.search(r"epoch 2/2: +0%[^\r\n]*steady \d", err), err  # carried over
+    assert bench._rate_text(0, 1.0) == "-" and bench._rate_text(1234, 1.0) == "1,234"
+    assert "{rate" not in bench.BAR_FORMAT

@@ -216,7 +216,15 @@ def test_fallback_note_counts_files_by_extension():
 
 # --- 6: a non-image file's first bytes, readable ----------------------------------------
 
-def test_not_an_image_reason_shows_bytes_literal(tmp_path):
+HELLO = "not an image (first bytes 68 65 6c 6c 6f 20 74 68 |hello th|)"
+ODD = "not an image (first bytes 00 01 27 61 5c 0a ff 5a |...a...Z|)"
+
+
+def test_not_an_image_reason_shows_its_first_bytes(tmp_path):
+    """Shown as a Python bytes literal (b'hello th'), the first bytes came out of a raised
+    error as `b\\'hello th\\'` (second fresh-eyes test): TensorFlow escapes quotes and
+    backslashes in an error's message. Now hex and text as `hexdump -C` shows them, with no
+    quote or backslash (those bytes show as "." in the text)."""
     text = str(tmp_path / "notes.jpg")
     open(text, "w").write("hello there\n")
     odd = str(tmp_path / "odd.png")
@@ -224,18 +232,23 @@ def test_not_an_image_reason_shows_bytes_literal(tmp_path):
     ds = pipeline.from_paths([text, odd], on_error="skip", image_size=(4, 4), batch_size=None)
     with pytest.raises(tf.errors.InvalidArgumentError):  # both bad: nothing delivered
         list(ds)
-    assert dict(pipeline.errors(ds)) == {
-        text: "not an image (first bytes b'hello th')",
-        odd: "not an image (first bytes b'\\x00\\x01\\'a\\\\\\n\\xffZ')"}
+    assert dict(pipeline.errors(ds)) == {text: HELLO, odd: ODD}
     # the same words from the scan, the in-graph diagnosis (service workers) and Python
-    assert [b["reason"] for b in pipeline.scan([text], progress=False).bad_files] == [
-        "not an image (first bytes b'hello th')"]
+    assert [b["reason"] for b in pipeline.scan([text, odd], progress=False).bad_files] == [
+        HELLO, ODD]
     c = tf.constant(b"hello there\n")
-    assert decode_lib.diagnose(c, decode_lib.sniff(c)).numpy().decode() == \
-        "not an image (first bytes b'hello th')"
-    assert formats.describe_start(b"\x00\x01'a\\\n\xffZZZ") == \
-        "not an image (first bytes b'\\x00\\x01\\'a\\\\\\n\\xffZ')"
-    assert formats.describe_start(b"hello there") == "not an image (first bytes b'hello th')"
+    assert decode_lib.diagnose(c, decode_lib.sniff(c)).numpy().decode() == HELLO
+    assert formats.describe_start(b"\x00\x01'a\\\n\xffZZZ") == ODD
+    assert formats.describe_start(b"hello there") == HELLO
+    assert formats.describe_start(b"ab") == "not an image (first bytes 61 62 |ab|)"
+    # a raised error: the package's own part unescaped, path first, then the reason
+    for path, reason in ((text, HELLO), (odd, ODD)):
+        ds = pipeline.from_paths([path], image_size=(4, 4), batch_size=None)
+        with pytest.raises(tf.errors.InvalidArgumentError) as e:
+            list(ds)
+        assert f"assertion failed: [pipeline: cannot load file {path} ({reason})]" in \
+            e.value.message
+        assert "\\'" not in e.value.message and '\\"' not in e.value.message
 
 
 # --- 7: ImageDataGenerator migration: hints ---------------------------------------------
@@ -271,3 +284,100 @@ def test_drop_remainder_with_a_batch_larger_than_the_epoch_warns(tmp_path, caplo
                                      image_size=(8, 8))
     assert [int(x.shape[0]) for x, _ in ds] == [4]
     assert "drop_remainder" not in caplog.text
+
+
+# --- second fresh-eyes test: scan a manifest's columns; one warning per skipped file ------
+
+def _manifest(tmp_path, header="file,kind", n=4):
+    for i in range(n):
+        solid(str(tmp_path / "img" / f"{i}.png"), 10 * i)
+    rows = [f"img/{i}.png,{'cat' if i % 2 else 'dog'}" for i in range(n)]
+    (tmp_path / "m.csv").write_text("\n".join([header] + rows) + "\n")
+    return str(tmp_path / "m.csv")
+
+
+def test_scan_takes_a_manifests_path_and_label_columns(tmp_path):
+    """`scan` of a manifest whose path column is not `path` could not be told its column."""
+    m = _manifest(tmp_path)
+    with pytest.raises(ValueError) as e:  # the default column is not there: the header's found
+        pipeline.scan(m, progress=False)
+    assert str(e.value) == (f"{m}, line 1 (the header): missing column(s) 'path'; the header "
+                            "has 'file', 'kind'. Received: path_column='path'")
+    report = pipeline.scan(m, path_column="file", label_columns="kind", progress=False)
+    assert report.num_files == report.num_ok == 4 and report.bad_files == []
+    assert report.per_class == {"cat": 2, "dog": 2}
+    assert pipeline.scan(m, path_column="file", progress=False).per_class == {}  # no "label"
+    # root: where the relative paths resolve
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "m.csv").write_text((tmp_path / "m.csv").read_text())
+    report = pipeline.scan(str(tmp_path / "lists" / "m.csv"), path_column="file",
+                           root=str(tmp_path), progress=False)
+    assert report.num_ok == 4
+    # validated like every argument: the argument and the value
+    cases = [
+        (dict(path_column="nope"), f"{m}, line 1 (the header): missing column(s) 'nope'; the "
+                                   "header has 'file', 'kind'. Received: path_column='nope'"),
+        (dict(path_column="file", label_columns=["kind", "size"]),
+         f"{m}, line 1 (the header): missing column(s) 'size'; the header has 'file', 'kind'. "
+         "Received: label_columns=['kind', 'size']"),
+        (dict(path_column=3), "`path_column` must be a column name (a non-empty str). "
+                              "Received: path_column=3"),
+        (dict(path_column=""), "`path_column` must be a column name (a non-empty str). "
+                               "Received: path_column=''"),
+        (dict(path_column="file", label_columns=["kind", 2]),
+         "`label_columns` must be column names (non-empty str). "
+         "Received: label_columns=['kind', 2]"),
+    ]
+    for kw, says in cases:
+        with pytest.raises(ValueError) as e:
+            pipeline.scan(m, progress=False, **kw)
+        assert str(e.value) == says, kw
+    folder = str(tmp_path / "img")
+    with pytest.raises(ValueError) as e:
+        pipeline.scan(folder, path_column="file", root="r", progress=False)
+    assert str(e.value) == ("`path_column`, `root` apply to a manifest source (.csv / .jsonl) "
+                            f"only; `source` is not one. Received: path_column='file', "
+                            f"root='r', source={folder!r}")
+
+
+def _skip_lines(text):
+    return [l for l in text.splitlines() if "pipeline: skipped" in l]
+
+
+def test_skip_logs_the_first_ten_bad_files_then_a_count(tmp_path, caplog):
+    """With skip, each bad file had its own warning line: a flood on a folder with many."""
+    good = [solid(str(tmp_path / "d" / f"g{i}.png"), i) for i in range(3)]
+    bad = []
+    for i in range(25):
+        bad.append(str(tmp_path / "d" / f"bad{i:02d}.jpg"))
+        open(bad[-1], "w").write(f"text {i}\n")
+    ds = pipeline.from_paths(good + bad, on_error="skip", image_size=(4, 4), batch_size=8,
+                             shuffle=False)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):  # a second epoch logs nothing more: each file is met once
+            assert sum(int(x.shape[0]) for x in ds) == 3
+    lines = _skip_lines(caplog.text)
+    assert [l.split("pipeline: skipped ", 1)[1].split(":")[0] for l in lines[:10]] == bad[:10]
+    assert len(lines) == 11 and lines[10].endswith(
+        "pipeline: skipped 15 more bad file(s), not logged one by one (only the first 10 "
+        "are); 25 skipped in all: pipeline.errors(dataset) lists every one with its reason")
+    errors = pipeline.errors(ds)
+    assert [r.path for r in errors] == bad  # every one, once
+    assert errors[24].reason == ("not an image (first bytes 74 65 78 74 20 32 34 0a "
+                                 "|text 24.|)")
+
+
+def test_a_missing_manifest_file_is_warned_once(tmp_path, caplog):
+    """A missing manifest file was warned twice with skip: at indexing and when skipped."""
+    m = _manifest(tmp_path, header="path,label")
+    os.remove(str(tmp_path / "img" / "1.png"))
+    with caplog.at_level(logging.WARNING):
+        ds = pipeline.from_manifest(m, on_error="skip", image_size=(4, 4), batch_size=None,
+                                    shuffle=False)
+        assert len(list(ds)) == 3
+    missing = str(tmp_path / "img" / "1.png")
+    assert caplog.text.count("1.png") == 1, caplog.text
+    assert _skip_lines(caplog.text) == [
+        l for l in caplog.text.splitlines()
+        if l.endswith(f"pipeline: skipped {missing}: file not found (listed on line 3 of m.csv)")]
+    assert pipeline.errors(ds) == [(missing, "file not found (listed on line 3 of m.csv)")]

@@ -117,7 +117,7 @@ def test_root_and_outside_root(data, tmp_path):
      r"m.csv, line 3: no value in column\(s\) 'label' \(a short row"),
     ("file,label\nimgs/a/f0.png,1\n", {}, ValueError,
      r"m.csv, line 1 \(the header\): missing column\(s\) 'path'; the header has 'file', "
-     r"'label'$"),
+     r"'label'\. Received: path_column='path'$"),
     ("path,label\nimgs/a/f0.png,1\n ,2\n", {}, ValueError, "line 3: empty path"),
     ("path,label\nimgs/a/f0.png,1\nimgs/b/f1.png,abc\n", {"label_mode": "float"}, ValueError,
      r"line 3: cannot parse value 'abc' in column 'label' as a number"),
@@ -144,11 +144,14 @@ def test_every_error_names_its_physical_line(data):
     cases = [
         # the header's faults: line 1
         ("file,label\nimgs/a/f0.png,1\n", {},
-         f"{m}, line 1 (the header): missing column(s) 'path'; the header has 'file', 'label'"),
+         f"{m}, line 1 (the header): missing column(s) 'path'; the header has 'file', 'label'. "
+         "Received: path_column='path'"),
         ("path,cls\nimgs/a/f0.png,1\n", {"label_columns": ["cls", "kind"]},
-         f"{m}, line 1 (the header): missing column(s) 'kind'; the header has 'path', 'cls'"),
+         f"{m}, line 1 (the header): missing column(s) 'kind'; the header has 'path', 'cls'. "
+         "Received: label_columns=['cls', 'kind']"),
         ("path,w\nimgs/a/f0.png,1\n", {"label_columns": "w", "weight_column": "wt"},
-         f"{m}, line 1 (the header): missing column(s) 'wt'; the header has 'path', 'w'"),
+         f"{m}, line 1 (the header): missing column(s) 'wt'; the header has 'path', 'w'. "
+         "Received: weight_column='wt'"),
         ("path,label,path\nimgs/a/f0.png,1,x\n", {},
          f"{m}, line 1 (the header): column(s) 'path' named more than once"),
         ("\npath,label\n", {}, f"{m}, line 1: no header row (the first line is empty)"),
@@ -173,7 +176,7 @@ def test_every_error_names_its_physical_line(data):
     with pytest.raises(ValueError) as e:
         pipeline.from_manifest(str(root / "m.jsonl"), **OPTS)
     assert str(e.value) == (f"{root / 'm.jsonl'}, line 3: missing column(s) 'path'; the row has "
-                            "'label'")
+                            "'label'. Received: path_column='path'")
 
 
 def test_jsonl_errors(data):

@@ -139,8 +139,8 @@ def test_errors(folder, tmp_path):
 def test_convert_cli(folder, tmp_path):
     out = str(tmp_path / "cli")
     proc = subprocess.run([sys.executable, "-m", "pipeline", "convert", folder, out,
-                           "--num_shards=2", "--noprogress"], capture_output=True, text=True,
-                          timeout=300)
+                           "--num_shards=2", "--noprogress", "--json"], capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     printed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert printed["num_examples"] == 9 and len(printed["shards"]) == 2
@@ -224,7 +224,7 @@ def _with_bad_files(folder):
     open(os.path.join(folder, "eel", "zero.png"), "wb").close()
     bad = {os.path.join(folder, "cat", "photo.jpg"): "truncated JPEG (no end-of-image marker)",
            os.path.join(folder, "dog", "notes.jpg"):
-               "not an image (first bytes b'not an i')",
+               "not an image (first bytes 6e 6f 74 20 61 6e 20 69 |not an i|)",
            os.path.join(folder, "eel", "zero.png"): "empty file (0 bytes)"}
     return good, bad
 
@@ -284,8 +284,21 @@ def test_convert_cli_on_error(folder, tmp_path):
     lines = stdout.splitlines()
     assert lines[:4] == ["skipped 3 bad files of 12 (--on_error=skip):"] + [
         f"  {p}: {r}" for p, r in sorted(bad.items())]
+    # the result: one line in words (second fresh-eyes test: it was one long JSON line)
+    assert len(lines) == 5 and re.fullmatch(
+        rf"wrote 9 records in 3 shards to {re.escape(str(out))} in \d+\.\d s \(3 classes\); "
+        rf"3 bad files skipped \(listed above and in {re.escape(str(out / 'dataset.json'))}\)",
+        lines[4]), lines[4]
+    # --json: the same result as one JSON line instead
+    code, stdout, err = run_cli("convert", folder, str(tmp_path / "j"), "--noprogress",
+                                "--on_error=skip", "--num_shards=3", "--json")
+    assert code == 0, err
+    lines = stdout.splitlines()
+    assert len(lines) == 5 and lines[:4] == ["skipped 3 bad files of 12 (--on_error=skip):"] + [
+        f"  {p}: {r}" for p, r in sorted(bad.items())]
     printed = json.loads(lines[-1])
     assert printed["num_examples"] == 9 and len(printed["skipped"]) == 3
+    assert [r["path"] for r in printed["skipped"]] == sorted(bad)
     written = _written(str(out))
     assert sorted(written) == good and len(set(written)) == 9
     # --max_pixels applies to the check: 6x5 PNGs over 29 pixels are all bad
@@ -341,7 +354,8 @@ def test_convert_says_it_wrote_fewer_shards_than_asked(folder, tmp_path):
     lines = out.splitlines()
     assert lines[-2] == ("wrote 9 shards, not --num_shards=20: there are only 9 files to "
                          "write and a shard holds at least one record (one file per shard)")
-    assert len(json.loads(lines[-1])["shards"]) == 9
+    assert re.fullmatch(r"wrote 9 records in 9 shards to .+/r in \d+\.\d s \(3 classes\); no "
+                        r"bad files", lines[-1]), lines[-1]
     assert logged.messages == []  # the line above says it, once
     code, out, err = run_cli("convert", folder, str(tmp_path / "s"), "--num_shards=9",
                              "--noprogress")
