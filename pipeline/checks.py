@@ -11,6 +11,7 @@ import functools
 import inspect
 import numbers
 import os
+import socket
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
@@ -33,6 +34,36 @@ def is_manifest(path) -> bool:
     """True when ``path`` names a file with a manifest extension (.csv, .tsv, .jsonl, .json)."""
     return isinstance(path, (str, os.PathLike)) and os.fspath(path).lower().endswith(
         MANIFEST_EXTENSIONS)
+
+
+def claim_port(port: int) -> socket.socket:
+    """A TCP socket bound to ``port`` on every interface by a plain bind, not listening.
+
+    Plain: no ``SO_REUSEADDR``, no ``SO_REUSEPORT``. gRPC (the tf.data service) binds its
+    servers with ``SO_REUSEPORT``, so a second server on a taken port would start beside
+    the first and share it; this bind fails instead while any socket holds the port, and
+    while it is held no server can bind it. Here, in the module that imports nothing heavy,
+    so that the command line checks a port before TensorFlow loads.
+
+    Args:
+        port: int, 0-65535; 0 binds a free port chosen by the OS (read it with
+            ``getsockname()[1]``).
+
+    Returns:
+        The bound socket; close it to free the port.
+
+    Raises:
+        OSError: the port is in use (``errno.EADDRINUSE``, "Address already in use") or
+            cannot be bound (e.g. a port below 1024 without the right).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
+        sock.bind(("", port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def received(name: str, value: Any) -> str:

@@ -407,11 +407,16 @@ def _check_port() -> None:
 
 
 def _start_server(what: str, fn, **kw) -> None:
-    """Runs ``fn(**kw)`` until Ctrl-C; a server that cannot start (gRPC's RuntimeError)
-    is a usage error naming --port."""
+    """Runs ``fn(**kw)`` until Ctrl-C; a server that cannot start (gRPC's RuntimeError, or
+    a port taken since the check before TensorFlow loaded) is a usage error naming --port."""
+    from pipeline import distribute
+
+    _release_port()  # the library checks it again, right before the server binds it
     try:
         fn(**kw)
-    except KeyboardInterrupt:  # Ctrl-C, while starting or serving
+    except distribute.PortInUseError as e:
+        raise _port_in_use_error(what, e.port, e.reason) from None
+    except KeyboardInterrupt:  # Ctrl-C, while waiting for the dispatcher, starting or serving
         print("pipeline: stopped (Ctrl-C)", flush=True)
         sys.stderr.flush()
         # At once: a gRPC server's shutdown at interpreter exit can wait for tens of
@@ -904,22 +909,34 @@ def _check_host_port(flag: str, value: str, typed: str) -> None:
                           f"Received: --{flag}={typed}")
 
 
+# The socket of the service port checked free before TensorFlow loads, held (bound, so no
+# other server can take the port) until right before the server starts.
+_HELD_PORT: List[socket.socket] = []
+
+
+def _port_in_use_error(role: str, port: int, reason: str) -> app.UsageError:
+    default = " (the dispatcher's default)" if FLAGS.port is None else ""
+    return usage_error(f"cannot start the {role} on --port={port}{default}: the port is in "
+                       f"use ({reason}); choose another --port"
+                       + (" (0: any free port)" if role == "worker" else "")
+                       + f". Received: --port={port}")
+
+
 def _check_port_free(role: str, port: int) -> None:
-    """Usage error if TCP ``port`` is in use: a plain bind (no SO_REUSEADDR, no
-    SO_REUSEPORT), then closed. gRPC binds with SO_REUSEPORT, so a second dispatcher on
-    the same port would otherwise start beside the first."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """Usage error if TCP ``port`` is in use: a plain bind (``checks.claim_port``). gRPC
+    binds with SO_REUSEPORT, so a second dispatcher on the same port would otherwise start
+    beside the first. The port stays bound (``_HELD_PORT``) while TensorFlow loads, so a
+    second server started meanwhile fails here at once; the library checks it again right
+    before the server binds (``distribute.PortInUseError``)."""
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
-        sock.bind(("", port))
+        _HELD_PORT.append(checks.claim_port(port))
     except OSError as e:
-        default = " (the dispatcher's default)" if FLAGS.port is None else ""
-        raise usage_error(f"cannot start the {role} on --port={port}{default}: the port is in "
-                          f"use ({e.strerror or e}); choose another --port"
-                          + (" (0: any free port)" if role == "worker" else "")
-                          + f". Received: --port={port}") from None
-    finally:
-        sock.close()
+        raise _port_in_use_error(role, port, e.strerror or str(e)) from None
+
+
+def _release_port() -> None:
+    while _HELD_PORT:
+        _HELD_PORT.pop().close()
 
 
 def _check_service(argv: List[str]) -> None:
@@ -965,25 +982,32 @@ def _check_service(argv: List[str]) -> None:
                "README's 'Scale out and resume' section for processing modes.",
          title="start a tf.data service dispatcher or worker", check=_check_service)
 def cmd_service(argv: List[str]) -> int:
+    try:
+        _serve(argv[1])
+    finally:
+        _release_port()  # when the start failed before the server was tried
+    return 0
+
+
+def _serve(role: str) -> None:
     from pipeline import distribute
 
-    if argv[1] == "dispatcher":
+    if role == "dispatcher":
         _start_server(
             "dispatcher", distribute.run_dispatcher,
             port=DISPATCHER_PORT if FLAGS.port is None else FLAGS.port,
             worker_addresses=FLAGS.worker_addresses, work_dir=FLAGS.work_dir,
             fault_tolerant_mode=FLAGS.fault_tolerant_mode,
             worker_timeout_ms=FLAGS.worker_timeout_ms)
-        return 0
-    # The worker's start waits (retrying, silently at TensorFlow's log level) until the
-    # dispatcher answers: say so first.
+        return
+    # The worker waits (in Python, so that Ctrl-C stops it) until the dispatcher answers:
+    # say so first.
     print(f"pipeline service worker: waiting for the dispatcher at "
           f"{FLAGS.dispatcher_address} (until it answers; Ctrl-C stops)", flush=True)
     _start_server("worker", distribute.run_worker,
                   dispatcher_address=FLAGS.dispatcher_address, port=FLAGS.port or 0,
                   worker_address=FLAGS.worker_address,
                   heartbeat_interval_ms=FLAGS.heartbeat_interval_ms)
-    return 0
 
 
 DOCTOR_PACKAGES = (("tensorflow", "tensorflow"), ("keras", "keras"), ("numpy", "numpy"),

@@ -34,13 +34,19 @@ auto-sharding finds no reader op to shard and fails, whereas the path list
 carries a ``shard(SHARD_HINT, SHARD_HINT)`` that the dispatcher fills with
 (number of workers, worker index): file-level sharding, as ``FILE`` intends.
 
+With ``on_error="skip"`` the workers, which run no Python, skip bad files in the
+graph: each is a line on that worker's stderr (``pipeline: skipped PATH: REASON``,
+every epoch it is met), and ``pipeline.errors(ds)`` on the client stays empty.
+
 A killed worker is not recovered mid-epoch by the service: see
 ``tests/test_service.py`` for the figures measured (elements lost or repeated).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import socket
 import time
 from typing import Callable, Optional, Sequence
 
@@ -151,19 +157,77 @@ def _register_tfio_ops(load_tfio: bool):
                         "its ops (WebP, TIFF, EXIF orientation, URIs) will be refused")
 
 
+def _connect(address: str, timeout: float) -> None:
+    """A TCP connection to "host:port", closed at once; OSError if none, ValueError if
+    ``address`` has no port number."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host.strip("[]") or "localhost", int(port)),
+                                  timeout=timeout):
+        pass
+
+
 def _check_reachable(address: str, service: str, timeout: float = 10.0) -> None:
     """Refuses a dispatcher address where nothing listens (TCP connect test)."""
-    import socket
-    host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]") or "localhost", int(port)),
-                                      timeout=timeout):
-            pass
+        _connect(address, timeout)
     except (OSError, ValueError) as e:
         raise ValueError(
             f"no tf.data service dispatcher answers at {address!r} ({e}); start one with "
             f"`python -m pipeline service dispatcher --port=PORT`. Received: service={service!r}"
         ) from None
+
+
+class PortInUseError(RuntimeError):
+    """A tf.data service server's fixed port is taken (``run_dispatcher`` / ``run_worker``).
+
+    Checked by a plain bind (``pipeline.checks.claim_port``) right before the server
+    binds: gRPC binds with ``SO_REUSEPORT``, so a second server on a taken port would
+    otherwise start beside the first and share it.
+
+    Attributes:
+        port: int, the port asked for.
+        reason: str, the operating system's words ("Address already in use").
+    """
+
+    def __init__(self, role: str, port: int, reason: str):
+        super().__init__(f"cannot start the tf.data service {role} on port {port}: the port "
+                         f"is in use ({reason})")
+        self.port = port
+        self.reason = reason
+
+
+def _claim_now(role: str, port: int) -> int:
+    """``port``, checked free right before the server binds it; for 0, a free port chosen
+    by the OS now (so that it can be logged: TensorFlow's worker has no public way to
+    tell the port it bound)."""
+    try:
+        with contextlib.closing(checks.claim_port(port)) as sock:
+            return sock.getsockname()[1]
+    except OSError as e:
+        raise PortInUseError(role, port, e.strerror or str(e)) from None
+
+
+def _wait_for_dispatcher(address: str, timeout_ms: Optional[int]) -> Optional[int]:
+    """Waits in Python, twice a second, until a TCP connection to ``address`` succeeds, so
+    that Ctrl-C (``KeyboardInterrupt``) stops a worker waiting for its dispatcher:
+    ``WorkerServer.start()`` retries inside TensorFlow's C++ holding Python's GIL, where
+    no signal handler runs. Returns the milliseconds of ``timeout_ms`` left (at least 1;
+    TensorFlow's start then fails when they run out), or None without a timeout."""
+    deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+    while True:
+        try:
+            _connect(address, timeout=1.0)
+            break
+        except ValueError:
+            raise ValueError("`dispatcher_address` must be 'host:port'. "
+                             f"Received: dispatcher_address={address!r}") from None
+        except OSError:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+    if deadline is None:
+        return None
+    return max(1, int((deadline - time.monotonic()) * 1000))
 
 
 def service_transformation(opts: config_lib.ImageOptions):
@@ -201,7 +265,8 @@ def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] =
     """Starts a tf.data service dispatcher (``tf.data.experimental.service.DispatchServer``).
 
     Args:
-        port: int, TCP port to listen on (0 picks a free one).
+        port: int, TCP port to listen on (0 picks a free one: the printed
+            ``target`` names it).
         worker_addresses: list of "host:port" of the workers, or None. Required
             for ``processing_mode="file"``, whose workers must then use those
             fixed ports.
@@ -220,10 +285,14 @@ def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] =
     Raises:
         TypeError: an unknown keyword argument (the message names it and the
             closest valid name).
-        RuntimeError: the server cannot start (gRPC's "Could not start ...",
-            e.g. the port is in use).
+        pipeline.distribute.PortInUseError (a ``RuntimeError``): ``port`` is
+            taken (checked right before the server binds it, where gRPC would
+            share it with the other server).
+        RuntimeError: the server cannot start otherwise (gRPC's "Could not start ...").
     """
     _register_tfio_ops(load_tfio)
+    if port:
+        _claim_now("dispatcher", port)
     kw = {}
     if job_gc_timeout_ms is not None:
         kw["job_gc_timeout_ms"] = job_gc_timeout_ms
@@ -264,14 +333,17 @@ def run_worker(dispatcher_address: str, port: int = 0,
 
     Args:
         dispatcher_address: "host:port" (a "grpc://" prefix is accepted).
-        port: int, TCP port (0 picks a free one; ``processing_mode="file"``
-            needs the fixed port listed in the dispatcher's worker_addresses).
+        port: int, TCP port (0: a free one, chosen through the OS right before
+            the server starts, and logged; ``processing_mode="file"`` needs the
+            fixed port listed in the dispatcher's worker_addresses).
         worker_address: "host:port" the dispatcher and clients use to reach this
             worker; default "localhost:<port>". With "file" mode it must match
             the dispatcher's ``worker_addresses`` entry exactly.
         heartbeat_interval_ms: int or None.
         dispatcher_timeout_ms: int or None, how long to retry reaching the
-            dispatcher.
+            dispatcher (None: until it answers). The worker first waits for the
+            dispatcher's port to answer, in Python (so Ctrl-C stops it), then
+            starts.
         load_tfio: bool, import tensorflow-io first so that graphs using its
             ops (WebP, TIFF, EXIF orientation) can run.
         block: bool, wait until the server stops (the CLI) or return at once.
@@ -282,18 +354,25 @@ def run_worker(dispatcher_address: str, port: int = 0,
     Raises:
         TypeError: an unknown keyword argument (the message names it and the
             closest valid name).
-        RuntimeError: the server cannot start (gRPC's "Could not start ...",
-            e.g. the port is in use).
+        pipeline.distribute.PortInUseError (a ``RuntimeError``): ``port`` is
+            taken (checked right before the server binds it, where gRPC would
+            share it with the other server).
+        RuntimeError: the server cannot start otherwise (gRPC's "Could not start ...").
+        ValueError: ``dispatcher_address`` has no port number.
+        KeyboardInterrupt: Ctrl-C, also while waiting for the dispatcher.
     """
     if "://" in dispatcher_address:
         dispatcher_address = dispatcher_address.split("://", 1)[1]
     _register_tfio_ops(load_tfio)
+    # In Python, where Ctrl-C works; TensorFlow's own retry then succeeds at once.
+    left_ms = _wait_for_dispatcher(dispatcher_address, dispatcher_timeout_ms)
     kw = {}
     if heartbeat_interval_ms is not None:
         kw["heartbeat_interval_ms"] = heartbeat_interval_ms
-    if dispatcher_timeout_ms is not None:
-        kw["dispatcher_timeout_ms"] = dispatcher_timeout_ms
-    if worker_address is None and port:
+    if left_ms is not None:
+        kw["dispatcher_timeout_ms"] = left_ms
+    port = _claim_now("worker", port)  # 0: a free port chosen now, so the log names it
+    if worker_address is None:
         worker_address = f"localhost:{port}"
     cfg = tf.data.experimental.service.WorkerConfig(
         dispatcher_address=dispatcher_address, worker_address=worker_address, port=port, **kw)

@@ -163,6 +163,11 @@ def summarize(records: List[ErrorRecord], limit: int = 10) -> str:
 def errors(dataset) -> List[ErrorRecord]:
     """Files skipped so far by a dataset built with ``on_error="skip"``.
 
+    With the tf.data service (``service="grpc://..."``) the files are decoded, and
+    skipped, on the workers, which run no Python: each skipped file is a line on that
+    worker's stderr, ``pipeline: skipped PATH: REASON`` (each time it is met, every
+    epoch), and this list, on the client, stays empty.
+
     Args:
         dataset: a dataset returned by a ``pipeline`` factory.
 
@@ -582,15 +587,32 @@ def rare_path_graph(opts, error_log: ErrorLog, source: Source, expected: Optiona
                 with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
                     return tf.identity(keep)
         else:
+            def worker_lines(lost_keys, lost_pos, count, bad_keys, bad_reasons):
+                """In graph (tf.data service workers run no Python): one line per
+                skipped file, in epoch order, as ``ErrorLog.add`` logs it."""
+                lost_reasons = tf.map_fn(why, lost_keys, fn_output_signature=tf.string)
+                order = tf.argsort(tf.concat([tf.boolean_mask(pos, bad), lost_pos], 0))
+                names = tf.gather(tf.concat([source.name(bad_keys), source.name(lost_keys)],
+                                            0), order)
+                reasons = tf.gather(tf.concat([bad_reasons, lost_reasons], 0), order)
+                lines = tf.strings.join(["pipeline: skipped ", names, ": ", reasons])
+                unnamed = count - tf.size(lost_keys, out_type=tf.int64)
+                lines = tf.concat([lines, tf.cond(unnamed > 0, lambda: tf.reshape(
+                    tf.strings.format(
+                        "pipeline: skipped <{} unnamed file(s)>: decoder failed; more files in "
+                        "a row failed than the {}-file window can name", (unnamed, K)), [1]),
+                    lambda: tf.zeros([0], tf.string))], 0)
+                return tf.strings.reduce_join(lines, separator="\n")
+
             def fail():
-                lost_keys, _, _ = tf.cond(any_lost, lost, lambda: (
+                lost_keys, lost_pos, count = tf.cond(any_lost, lost, lambda: (
                     tf.zeros([0], source.empty_key.dtype), tf.zeros([0], tf.int64),
                     tf.constant(0, tf.int64)))
                 bad_keys, bad_reasons = tf.boolean_mask(key, bad), tf.boolean_mask(reason, bad)
-                done = tf.print("pipeline: skipped", tf.strings.reduce_join(
-                    tf.strings.join([source.name(bad_keys), bad_reasons], " "),
-                    separator="; "), "; decoder failed:", source.name(lost_keys),
-                    output_stream=sys.stderr)
+                # Service workers: each skip is a line on the worker's stderr;
+                # pipeline.errors(ds) on the client stays empty.
+                done = tf.print(worker_lines(lost_keys, lost_pos, count, bad_keys,
+                                             bad_reasons), output_stream=sys.stderr)
                 with tf.control_dependencies([done]):
                     return tf.identity(keep)
 

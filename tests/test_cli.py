@@ -1275,6 +1275,140 @@ def test_ctrl_c_stops_a_service_dispatcher():
     assert rest == "pipeline: stopped (Ctrl-C)\n"
 
 
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _service(*args):
+    """`python -m pipeline service ARGS` with SIGINT at its default, as from a terminal (a
+    test runner's worker may ignore it, and a child inherits an ignored SIGINT), and a
+    queue of its stdout lines (None at the end)."""
+    import queue
+    import signal
+    import threading
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "service", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    lines = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc, lines
+
+
+def _until_idle(proc, quiet=1.0, timeout=120):
+    """Returns once ``proc`` used no CPU for ``quiet`` s (Linux /proc): it waits."""
+    import time
+
+    def cpu():
+        with open(f"/proc/{proc.pid}/stat") as f:
+            return sum(int(v) for v in f.read().rsplit(")", 1)[1].split()[11:13])
+
+    end, last = time.time() + timeout, cpu()
+    while time.time() < end:
+        time.sleep(quiet)
+        now = cpu()
+        if now == last:
+            return
+        last = now
+    raise TimeoutError(f"process {proc.pid} kept busy for {timeout} s")
+
+
+def test_ctrl_c_stops_a_waiting_worker_and_a_worker_logs_the_port_it_got():
+    """Second fresh-eyes test: Ctrl-C did not stop a worker still waiting for its dispatcher
+    (TensorFlow's start retries in C++, holding Python's GIL: it waits in Python now), and a
+    worker on the default port (0, any) logged "port 0", not the port it got."""
+    import signal
+    import socket
+    import time
+    nobody, dport = _free_port(), _free_port()
+    waiting, waiting_out = _service("worker", f"--dispatcher_address=localhost:{nobody}")
+    dispatcher, _ = _service("dispatcher", f"--port={dport}")
+    worker, worker_out = _service("worker", f"--dispatcher_address=localhost:{dport}")
+    try:
+        # TensorFlow loads first (three processes on this machine's cores: allow for it).
+        assert waiting_out.get(timeout=180) == (
+            f"pipeline service worker: waiting for the dispatcher at localhost:{nobody} "
+            "(until it answers; Ctrl-C stops)\n")
+        _until_idle(waiting)  # in its wait, past loading tensorflow-io
+        waiting.send_signal(signal.SIGINT)
+        code = waiting.wait(timeout=30)
+        rest = list(iter(lambda: waiting_out.get(timeout=10), None))
+        assert worker_out.get(timeout=180) == (
+            f"pipeline service worker: waiting for the dispatcher at localhost:{dport} "
+            "(until it answers; Ctrl-C stops)\n")
+        started = worker_out.get(timeout=180)
+    finally:
+        for p in (waiting, dispatcher, worker):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert (code, rest) == (0, ["pipeline: stopped (Ctrl-C)\n"])
+    m = re.fullmatch(rf"pipeline: worker on port (\d+) serving dispatcher localhost:{dport}\n",
+                     started or "")
+    assert m, started
+    port = int(m.group(1))
+    assert port not in (0, dport, nobody)
+    # The port logged was the worker's: nothing listens there once it is gone.
+    with socket.socket() as s:
+        assert s.connect_ex(("localhost", port)) != 0
+
+
+def test_a_service_port_is_held_while_tensorflow_loads_and_checked_again_before_the_bind(
+        monkeypatch):
+    """Second fresh-eyes test: two dispatchers started within the ~3 s TensorFlow takes to
+    load could share a port (checked free before the import, bound by gRPC, with
+    SO_REUSEPORT, after it). The checked port stays bound while TensorFlow loads, so a
+    second server fails its check; and it is checked again right before the server binds,
+    so one taken in between (here: right after the command frees it) is the same usage
+    error, with no server started."""
+    import socket
+    from pipeline import checks
+    port = _free_port()
+    seen, grabbed = [], []
+
+    def import_tensorflow(real=cli._import_tensorflow):
+        try:  # another server's check while this one loads TensorFlow
+            checks.claim_port(port).close()
+            seen.append("free")
+        except OSError as e:
+            seen.append(e.strerror)
+        real()
+
+    def release_port(real=cli._release_port):
+        real()
+        if not grabbed:  # another dispatcher binds it now, as gRPC binds
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            s.bind(("", port))
+            s.listen()
+            grabbed.append(s)
+
+    monkeypatch.setattr(cli, "_import_tensorflow", import_tensorflow)
+    monkeypatch.setattr(cli, "_release_port", release_port)
+    try:
+        code, out, err = run_cli("service", "dispatcher", f"--port={port}")
+    finally:
+        for s in grabbed:
+            s.close()
+    assert seen == ["Address already in use"]
+    assert len(grabbed) == 1
+    assert (code, out) == (2, "")
+    assert err.splitlines()[0] == (
+        f"pipeline service: error: cannot start the dispatcher on --port={port}: the port is "
+        f"in use (Address already in use); choose another --port. Received: --port={port}")
+    assert "Traceback" not in err
+    assert not cli._HELD_PORT  # nothing left bound in this process
+    checks.claim_port(port).close()  # and the port is free again
+
+
 def _bench_result(name, ips):
     r = {"name": name, "images_per_sec": ips, "steady_images_per_cpu_sec": 300.0,
          "images_per_cpu_sec": 290.0, "cpu_cores_used": 1.0, "steady_cpu_cores_used": 1.0,

@@ -5,8 +5,10 @@ mid-epoch costs (lost / repeated elements), with hard timeouts: docs/notes.md no
 consumer block for minutes after a worker died.
 """
 
+import io
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -16,6 +18,7 @@ import threading
 import time
 
 import pytest
+from PIL import Image
 
 import pipeline
 from tests._scale_helpers import REPO, make_images
@@ -96,17 +99,76 @@ def test_off_gives_a_full_epoch_per_worker(cluster):
     assert _epoch(cluster, "off") == sorted(list(range(N)) * 2)
 
 
+def _output_so_far(proc, wait=0.5):
+    """What ``proc`` (stdout and stderr in one pipe) wrote since the last call: all that
+    is there, without waiting for more than ``wait`` s of quiet."""
+    fd, out = proc.stdout.fileno(), b""
+    while select.select([fd], [], [], wait)[0]:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        out += chunk
+    return out.decode("utf-8", "replace")
+
+
 def test_skip_mode_on_workers_is_graph_only(cluster, tmp_path):
+    """With on_error="skip", the workers (no Python there) skip bad files in the graph and
+    report each on their stderr, one line per file; pipeline.errors(ds) on the client is
+    empty. Second fresh-eyes test: that report was one garbled tf.print of tensors
+    ('pipeline: skipped "a.png reason; b.jpg reason" ; decoder failed: [...]')."""
     root = make_images(tmp_path, 6, classes=2)
     with open(os.path.join(root, "c0", "bad.png"), "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + b"garbage" * 10)
+        f.write(b"\x89PNG\r\n\x1a\n" + b"garbage" * 10)    # refused from its header
+    with open(os.path.join(root, "c1", "text.jpg"), "wb") as f:
+        f.write(b"hello there")                             # refused from its bytes
+    whole = io.BytesIO()
+    Image.new("RGB", (64, 64), (9, 9, 9)).save(whole, "PNG")
+    with open(os.path.join(root, "c1", "cut.png"), "wb") as f:
+        f.write(whole.getvalue()[:-30])                     # the decoder fails on it
+    for name in ("w1", "w2"):
+        _output_so_far(cluster["procs"][name], wait=0.1)   # their start-up lines
     ds = pipeline.from_directory(root, image_size=(8, 8), batch_size=4, on_error="skip",
                                  service=cluster["service"], processing_mode="dynamic")
     got = sorted(int(v) for x, _ in ds for v in x[:, 0, 0, 0].numpy())
     assert got == list(range(6))
+    assert pipeline.errors(ds) == []  # the client runs none of the graph that skips
+    # Printed before the elements that followed them left the worker: there by now.
+    said = [l for name in ("w1", "w2")
+            for l in _output_so_far(cluster["procs"][name]).splitlines()]
+    skipped = sorted(l for l in said if "skipped" in l)
+    assert skipped == sorted([
+        f"pipeline: skipped {root}/c0/bad.png: header claims 1634886241x1734698849 pixels "
+        "> max_pixels=178956970",
+        f"pipeline: skipped {root}/c1/cut.png: truncated PNG (no IEND end chunk)",
+        f"pipeline: skipped {root}/c1/text.jpg: not an image (first bytes b'hello th')"]), said
     with pytest.raises(ValueError, match="max_errors"):
         pipeline.from_directory(root, image_size=(8, 8), on_error="skip", max_errors=1,
                                 service=cluster["service"])
+
+
+def test_a_taken_port_fails_right_before_the_server_binds():
+    """run_dispatcher / run_worker on a port another server holds (bound as gRPC binds, with
+    SO_REUSEPORT, where a second gRPC server would start beside it) raise PortInUseError, a
+    RuntimeError, before any server starts."""
+    from pipeline import distribute
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    held.bind(("", 0))
+    held.listen()  # also the "dispatcher" the worker waits for: its port answers
+    port = held.getsockname()[1]
+    try:
+        with pytest.raises(distribute.PortInUseError) as d:
+            pipeline.run_dispatcher(port=port, load_tfio=False, block=False)
+        with pytest.raises(RuntimeError) as w:
+            pipeline.run_worker(f"localhost:{port}", port=port, load_tfio=False, block=False)
+    finally:
+        held.close()
+    assert str(d.value) == (f"cannot start the tf.data service dispatcher on port {port}: "
+                            "the port is in use (Address already in use)")
+    assert (d.value.port, d.value.reason) == (port, "Address already in use")
+    assert isinstance(w.value, distribute.PortInUseError)
+    assert str(w.value) == (f"cannot start the tf.data service worker on port {port}: "
+                            "the port is in use (Address already in use)")
 
 
 _SLOW_CONSUMER = textwrap.dedent("""
