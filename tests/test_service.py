@@ -140,7 +140,7 @@ def test_skip_mode_on_workers_is_graph_only(cluster, tmp_path):
         f"pipeline: skipped {root}/c0/bad.png: header claims 1634886241x1734698849 pixels "
         "> max_pixels=178956970",
         f"pipeline: skipped {root}/c1/cut.png: truncated PNG (no IEND end chunk)",
-        f"pipeline: skipped {root}/c1/text.jpg: not an image (first bytes b'hello th')"]), said
+        f"pipeline: skipped {root}/c1/text.jpg: not an image (first bytes 68 65 6c 6c 6f 20 74 68 |hello th|)"]), said
     with pytest.raises(ValueError, match="max_errors"):
         pipeline.from_directory(root, image_size=(8, 8), on_error="skip", max_errors=1,
                                 service=cluster["service"])
