@@ -63,8 +63,9 @@ def __getattr__(name):
 
     TensorFlow, which every such module imports, is imported first through
     ``native_stderr.import_tensorflow``: its start-up lines show once (TensorFlow
-    2.21 writes them twice), and ``bench``'s candidate processes leave out the
-    ones shown here.
+    2.21 writes them twice), TensorFlow 2.16's known-harmless "Unable to register
+    cuFFT/cuDNN/cuBLAS factory" errors are dropped, and ``bench``'s candidate
+    processes leave out the lines shown here.
     """
     if name in _EXPORTS or name in _SUBMODULES:
         _native_stderr.import_tensorflow()  # a no-op once TensorFlow is imported

@@ -266,13 +266,24 @@ def run_candidate(spec: dict, timeout: Optional[float] = None, progress: bool = 
             "its error is printed above")
         if proc.returncode == 0:
             err = "it printed no result line"
-        # The bad-files hint only where the failure is about a file.
-        hint = (" A folder with bad files: --on_error=skip, or find them with "
-                "`python -m pipeline scan`." if spec.get("on_error") != "skip"
-                and about_files(proc.stderr or "") else "")
+        hint = bad_files_hint(spec) if about_files(proc.stderr or "") else ""
         raise RuntimeError(f"benchmark candidate {spec['name']!r} failed "
-                           f"(exit {proc.returncode}): {err}.{hint}")
+                           f"(exit {proc.returncode}): {err.rstrip('.')}.{hint}")
     return json.loads(lines[-1])
+
+
+def bad_files_hint(spec: dict) -> str:
+    """The hint for a candidate that failed on a file (``about_files``): pipeline's own
+    candidates (``pipeline*``) skip bad files with on_error="skip" (the spec's, or its
+    ``options``'), where it is not given already; the peers do not skip bad files at all."""
+    name = str(spec.get("name", ""))
+    if not name.startswith("pipeline"):
+        return (f" The peers do not skip bad files (--on_error is pipeline's): find them with "
+                f"`python -m pipeline scan`, or leave {name} out of --compare.")
+    if "skip" in (spec.get("on_error"), spec.get("options", {}).get("on_error")):
+        return ""
+    return (" A folder with bad files: --on_error=skip, or find them with "
+            "`python -m pipeline scan`.")
 
 
 def _run_showing_stderr(cmd: List[str], env: dict, timeout: Optional[float],

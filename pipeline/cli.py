@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import importlib.util
 import json
 import logging as std_logging
@@ -37,6 +38,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import socket
 import sys
 import tempfile
@@ -170,8 +172,8 @@ _define(flags.DEFINE_bool, "allow_outside_root", False, {
     "scan": "A manifest SOURCE may name files outside its folder (absolute paths, ..).",
 }, ["convert", "scan"])
 # service
-_define(flags.DEFINE_integer, "port", None, "Port (dispatcher default 5050, worker 0 = "
-        "any).", ["service"])
+_define(flags.DEFINE_integer, "port", None, "TCP port to listen on (0: any free port).",
+        ["service"])
 _define(flags.DEFINE_string, "dispatcher_address", None, "worker: the dispatcher's "
         "HOST:PORT (required).", ["service"])
 _define(flags.DEFINE_string, "worker_address", None, "worker: address to advertise "
@@ -403,21 +405,33 @@ class _DropLogLines:
 def _check_port() -> None:
     """Usage error unless --port is None or a TCP port number (0 = any free port)."""
     if FLAGS.port is not None and not 0 <= FLAGS.port <= 65535:
-        raise usage_error(f"--port must be 0-65535. Received: {FLAGS.port}")
+        raise usage_error(f"--port must be 0-65535. Received: --port={_typed('port')}")
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread as Ctrl-C raises ``KeyboardInterrupt`` (a
+    ``BaseException``: no ``except Exception`` on the way swallows it)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise _Terminated()
 
 
 def _start_server(what: str, fn, **kw) -> None:
-    """Runs ``fn(**kw)`` until Ctrl-C; a server that cannot start (gRPC's RuntimeError, or
-    a port taken since the check before TensorFlow loaded) is a usage error naming --port."""
+    """Runs ``fn(**kw)`` until Ctrl-C or SIGTERM (either: "pipeline: stopped (...)", exit
+    status 0); a server that cannot start (gRPC's RuntimeError, or a port taken since the
+    check before TensorFlow loaded) is a usage error naming --port."""
     from pipeline import distribute
 
     _release_port()  # the library checks it again, right before the server binds it
+    signal.signal(signal.SIGTERM, _raise_terminated)  # the servers wait in Python
     try:
         fn(**kw)
     except distribute.PortInUseError as e:
         raise _port_in_use_error(what, e.port, e.reason) from None
-    except KeyboardInterrupt:  # Ctrl-C, while waiting for the dispatcher, starting or serving
-        print("pipeline: stopped (Ctrl-C)", flush=True)
+    except (KeyboardInterrupt, _Terminated) as e:  # while waiting, starting or serving
+        how = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else "SIGTERM"
+        print(f"pipeline: stopped ({how})", flush=True)
         sys.stderr.flush()
         # At once: a gRPC server's shutdown at interpreter exit can wait for tens of
         # seconds (seen on a loaded machine), which reads as Ctrl-C not working.
@@ -475,17 +489,25 @@ def _parse_size(values) -> List[int]:
     return size
 
 
-SEED_MAX = 2**32 - 1
+SEED_MAX = 2**63 - 1  # the library's range (pipeline.from_directory(seed=...))
+SEED32_MAX = 2**32 - 1  # numpy.random.RandomState's and Keras' seeds: unsigned 32-bit
+# Who takes --seed as an unsigned 32-bit seed, where one does (the reason the error gives).
+SEED32_USERS = {
+    "bench": "bench's peers take it as Keras' and numpy's seeds, which are unsigned 32-bit",
+    "convert": "convert's row order is numpy.random.RandomState(seed), whose seed is "
+               "unsigned 32-bit",
+}
 
 
-def _check_seed() -> None:
-    """Usage error unless --seed is an int in [0, 2**32 - 1], what every consumer of it
-    accepts (numpy's and Keras' seeds are unsigned 32-bit)."""
-    if not 0 <= FLAGS.seed <= SEED_MAX:
-        raise usage_error(
-            f"--seed must be an integer from 0 to {SEED_MAX} (2**32 - 1: numpy's and Keras' "
-            f"seeds are unsigned 32-bit). "
-            f"Received: --seed={FLAGS.seed}")
+def _check_seed(narrow: Optional[str] = None) -> None:
+    """Usage error unless --seed is an int in [0, 2**63), the library's range, or, where
+    a consumer takes it as an unsigned 32-bit seed (``narrow``: a key of
+    ``SEED32_USERS``, whose text is the reason given), in [0, 2**32)."""
+    top = SEED32_MAX if narrow else SEED_MAX
+    if not 0 <= FLAGS.seed <= top:
+        why = f"2**32 - 1: {SEED32_USERS[narrow]}" if narrow else "2**63 - 1"
+        raise usage_error(f"--seed must be an integer from 0 to {top} ({why}). "
+                          f"Received: --seed={_typed('seed')}")
 
 
 def _check_source(label: str, path: str, manifest_ok: bool = True) -> None:
@@ -508,7 +530,7 @@ def _check_source(label: str, path: str, manifest_ok: bool = True) -> None:
 def _positive(name: str) -> None:
     value = getattr(FLAGS, name)
     if value is not None and value <= 0:
-        raise usage_error(f"--{name} must be > 0. Received: {_typed(name)}")
+        raise usage_error(f"--{name} must be > 0. Received: --{name}={_typed(name)}")
 
 
 # The figures bench prints for pipeline: each must be a number (never NaN or inf).
@@ -555,9 +577,61 @@ def _bench_names() -> List[str]:
     return ["pipeline"] + [c for c in FLAGS.compare if c and c != "pipeline"]
 
 
-# bench's flags that only one mode reads (target_images_per_sec is read by both).
-BENCH_MODE_FLAGS = {"plan": ("worker_cores", "headroom", "augment"),
-                    "profile": ("profile_dir",)}
+# bench's three reports (modes) and the flags each reads; a flag not listed here
+# (--data_dir, --image_size, --batch_size, --sample_images, --on_error, --json_out) is
+# read by all three; so is --[no]progress, which --profile has no bars for (a script may
+# pass --noprogress to every run).
+BENCH_MODES = ("peers", "plan", "profile")
+BENCH_MODE_FLAGS = {
+    "compare": ("peers",), "max_spread": ("peers",),
+    "epochs": ("peers", "plan"), "repeats": ("peers", "plan"), "seed": ("peers", "plan"),
+    "target_images_per_sec": ("plan", "profile"),
+    "worker_cores": ("plan",), "headroom": ("plan",), "augment": ("plan",),
+    "profile_dir": ("profile",),
+}
+_MODE_NAMES = {"peers": "the peer comparison", "plan": "--plan",
+               "profile": "--profile"}
+_MODE_DOES = {"peers": "bench compares peers in eval mode",
+              "plan": "--plan measures pipeline alone",
+              "profile": "--profile profiles pipeline's stages alone"}
+
+
+def _bench_mode() -> str:
+    return "plan" if FLAGS.plan else "profile" if FLAGS.profile else "peers"
+
+
+def _flag_as_typed(name: str) -> str:
+    """``--name=VALUE`` as typed (``--name`` / ``--noname`` for a boolean)."""
+    return FLAGS[name].serialize() if FLAGS[name].flag_type() == "bool" else \
+        f"--{name}={_typed(name)}"
+
+
+def _check_bench_mode() -> None:
+    """Usage error for a flag given that the chosen report does not read (it would be
+    ignored without a word): each named as typed, with the reports that read it."""
+    mode = _bench_mode()
+    wrong: Dict[Tuple[str, ...], List[str]] = {}
+    for name, modes in BENCH_MODE_FLAGS.items():
+        if FLAGS[name].present and mode not in modes:
+            wrong.setdefault(modes, []).append(name)
+    if not wrong:
+        return
+    parts = []
+    for modes, names in wrong.items():
+        if set(modes) <= {"plan", "profile"}:
+            where = "with " + " or ".join(_MODE_NAMES[m] for m in modes)
+        else:
+            where = "to " + " or ".join(_MODE_NAMES[m] for m in modes)
+        parts.append(f"{', '.join('--' + n for n in names)} "
+                     f"{'applies' if len(names) == 1 else 'apply'} {where} only")
+    if mode == "peers":
+        modes = {m for ms in wrong for m in ms}
+        why = f"without {'it' if len(modes) == 1 else 'them'} {_MODE_DOES['peers']}"
+    else:
+        why = f"{_MODE_DOES[mode]}; the peer comparison is bench without --plan or --profile"
+    given = [n for ns in wrong.values() for n in ns]
+    raise usage_error("; ".join(parts) + f" ({why}). Received: "
+                      + ", ".join(_flag_as_typed(n) for n in given))
 
 
 def _check_bench(argv: List[str]) -> None:
@@ -567,12 +641,20 @@ def _check_bench(argv: List[str]) -> None:
 
     if len(argv) != 1:
         raise usage_error(f"bench takes no positional arguments. {_received_args(argv)}")
+    if FLAGS.plan and FLAGS.profile:
+        raise usage_error("--plan and --profile are separate reports: give one. "
+                          f"Received: {FLAGS['plan'].serialize()}, "
+                          f"{FLAGS['profile'].serialize()}")
+    _check_bench_mode()  # first: a flag the report ignores is the mistake to name
     _parse_size(FLAGS.image_size)
     for name in ("batch_size", "epochs", "repeats", "sample_images"):
         _positive(name)
     if FLAGS.on_error not in ("raise", "skip"):
-        raise usage_error(f"--on_error must be 'raise' or 'skip'. Received: {FLAGS.on_error!r}")
-    _check_seed()
+        raise usage_error(f"--on_error must be 'raise' or 'skip'. "
+                          f"Received: --on_error={_typed('on_error')}")
+    # the peers (not pipeline's own candidates) take 32-bit seeds
+    _check_seed("bench" if _bench_mode() == "peers" and any(
+        not n.startswith("pipeline") for n in _bench_names()) else None)
     if FLAGS.data_dir is not None:
         _check_source("--data_dir", FLAGS.data_dir, manifest_ok=False)
     if FLAGS.max_spread is not None and not (math.isfinite(FLAGS.max_spread)
@@ -580,31 +662,20 @@ def _check_bench(argv: List[str]) -> None:
         raise usage_error(f"--max_spread must be a finite number > 0. Received: "
                           f"--max_spread={_typed('max_spread')}")
     unknown = [c for c in _bench_names() if c not in bench.CANDIDATES]
-    if unknown and not FLAGS.profile:
+    if unknown and _bench_mode() == "peers":
         raise usage_error(f"--compare: unknown candidate(s) {_as_typed(unknown)}; known: "
                           f"{', '.join(sorted(bench.CANDIDATES))}. Received: "
                           f"--compare={_as_typed(FLAGS.compare)}")
+    _positive("target_images_per_sec")
     if FLAGS.plan:
-        if FLAGS.profile:
-            raise usage_error("--plan and --profile are separate reports: give one.")
         if FLAGS.target_images_per_sec is None:
             raise usage_error("--plan needs --target_images_per_sec (images/s to feed, e.g. "
-                              "56000 for 8 GPUs x 7000). Received: none")
-        _positive("target_images_per_sec")
+                              "56000 for 8 GPUs x 7000). Received: --plan, no "
+                              "--target_images_per_sec")
         _positive("worker_cores")
         if FLAGS.headroom < 1:
             raise usage_error(f"--headroom must be >= 1. Received: --headroom="
                               f"{_typed('headroom')}")
-    # A flag of one mode given without it would be ignored without a word: refuse it.
-    for mode, names in BENCH_MODE_FLAGS.items():
-        given = [n for n in names if FLAGS[n].present]
-        if given and not FLAGS[mode].value:
-            raise usage_error(
-                f"{', '.join('--' + n for n in given)} "
-                f"{'applies' if len(given) == 1 else 'apply'} with --{mode} only (without it "
-                f"bench compares peers in eval mode). Received: "
-                + ", ".join(FLAGS[n].serialize() if FLAGS[n].flag_type() == "bool" else
-                            f"--{n}={_typed(n)}" for n in given))
     if FLAGS.json_out:  # before the runs, not after them
         _check_writable("json_out")
     if FLAGS.profile_dir:
@@ -675,6 +746,8 @@ def cmd_bench(argv: List[str]) -> int:
     spec = {"data_dir": data_dir, "image_size": size, "batch_size": FLAGS.batch_size,
             "epochs": FLAGS.epochs, "seed": FLAGS.seed, "num_images": len(idx),
             "options": {"on_error": FLAGS.on_error}}
+    print(bench_header(len(idx), FLAGS.data_dir or os.environ.get(sample.DATA_DIR_ENV) or
+                       sample.data_dir_label(data_dir), size), flush=True)
     # A peer that fails (e.g. Keras on a bad file) is reported, not fatal.
     results = bench.run_candidates(names, spec, repeats=FLAGS.repeats, progress=FLAGS.progress,
                                    keep_going=True)
@@ -690,10 +763,6 @@ def cmd_bench(argv: List[str]) -> int:
                           f"{per_epoch} of the {len(idx)} images per epoch (the others were "
                           f"bad files, --on_error={FLAGS.on_error}), so "
                           + _too_few_images(per_epoch, data_dir))
-    print(f"\n{len(idx)} images in {sample.data_dir_label(data_dir)}, "
-          f"image_size={size[0]}x{size[1]}, batch_size={FLAGS.batch_size}, "
-          f"epochs={FLAGS.epochs}, repeats={FLAGS.repeats} (alternated), "
-          f"{os.cpu_count()} CPUs")
     print(bench.format_table(results))
     failed = [n for n in names[1:] if "error" in results[n]]
     for n in failed:
@@ -722,6 +791,15 @@ def cmd_bench(argv: List[str]) -> int:
               f"failed ({', '.join(failed)}): exit status 1", file=sys.stderr)
         return 1
     return 0
+
+
+def bench_header(num_files: int, folder: str, size: Sequence[int]) -> str:
+    """bench's line before its runs: the files the index kept (by extension: a bad one
+    counts), ``folder`` as given (``--data_dir``) and the options, e.g. "31 files in
+    data/good, image_size=224x224, batch_size=64, epochs=2, repeats=5 (alternated), 8 CPUs"."""
+    return (f"{_count(num_files, 'file')} in {folder}, image_size={size[0]}x{size[1]}, "
+            f"batch_size={FLAGS.batch_size}, epochs={FLAGS.epochs}, repeats={FLAGS.repeats} "
+            f"(alternated), {os.cpu_count()} CPUs")
 
 
 def _check_manifest_flags(label: str, source: str) -> None:
@@ -789,8 +867,9 @@ def _check_convert(argv: List[str]) -> None:
     _positive("num_workers")
     _positive("max_pixels")
     if FLAGS.on_error not in ("raise", "skip"):
-        raise usage_error(f"--on_error must be 'raise' or 'skip'. Received: {FLAGS.on_error!r}")
-    _check_seed()
+        raise usage_error(f"--on_error must be 'raise' or 'skip'. "
+                          f"Received: --on_error={_typed('on_error')}")
+    _check_seed("convert")
     _check_manifest_flags("SRC", argv[1])
     src, out = argv[1], argv[2]
     _check_source("SRC", src)
@@ -959,7 +1038,8 @@ def _check_service(argv: List[str]) -> None:
                           "no --work_dir")
     if role == "worker":
         if not FLAGS.dispatcher_address:
-            raise usage_error("service worker needs --dispatcher_address=HOST:PORT")
+            raise usage_error("service worker needs --dispatcher_address=HOST:PORT. "
+                              "Received: service worker, no --dispatcher_address")
         _check_host_port("dispatcher_address", FLAGS.dispatcher_address,
                          FLAGS.dispatcher_address)
     else:
@@ -1064,6 +1144,11 @@ def cmd_doctor(argv: List[str]) -> int:
 
 # --- help ----------------------------------------------------------------------
 
+# The default a flag's help shows where its absl default (None) stands for one that
+# depends on other arguments.
+HELP_DEFAULTS = {"port": f"dispatcher {DISPATCHER_PORT}, worker 0"}
+
+
 def _flag_line(name: str, command_name: str) -> List[str]:
     f = FLAGS[name]
     if f.flag_type() == "bool":
@@ -1072,7 +1157,8 @@ def _flag_line(name: str, command_name: str) -> List[str]:
         kind = f.flag_type()
         left = f"--{name}=" + ("A,B" if "list" in kind else
                                {"int": "N", "float": "X"}.get(kind, "VALUE"))
-    default = f.default_as_str.strip("'") if f.default is not None else "none"
+    default = HELP_DEFAULTS.get(name) or (f.default_as_str.strip("'") if f.default is not None
+                                          else "none")
     text = f"{flag_help(name, command_name)} [default: {default}]"
     return [f"  {left}", f"      {text}"]
 
@@ -1127,6 +1213,12 @@ def _first_positional(args: Sequence[str]) -> Optional[str]:
     return None
 
 
+def _did_you_mean(name: Optional[str]) -> str:
+    """``: did you mean 'scan'?`` for a mistyped command (``difflib``), else ""."""
+    close = difflib.get_close_matches(name or "", list(COMMANDS), n=1, cutoff=0.6)
+    return f": did you mean {close[0]!r}?" if close else ""
+
+
 def _error(command_name: Optional[str], message: str) -> int:
     """Prints a usage error (the message and the usage line, not the flag list): exit 2."""
     known = command_name in COMMANDS
@@ -1156,8 +1248,29 @@ def _parse_flags(argv: List[str]) -> List[str]:
         FLAGS.unparse_flags()
         _import_tensorflow()
         return _parse_flags(argv)
+    except flags.IllegalFlagValueError as e:
+        sys.exit(_error(_first_positional(argv[1:]), flag_value_error(str(e))))
     except flags.Error as e:
         sys.exit(_error(_first_positional(argv[1:]), str(e)))
+
+
+_FLAG_KINDS = {"int": "an integer", "float": "a number", "bool": "true or false"}
+
+
+def flag_value_error(absl_message: str) -> str:
+    """absl's error for a value its parser refused ("flag --max_pixels=abc: invalid
+    literal for int() with base 10: 'abc'") in the CLI's words: "--max_pixels must be
+    an integer. Received: --max_pixels=abc" (the value as typed); a message of another
+    form is returned as it is."""
+    m = re.match(r"flag --([\w-]+)=", absl_message)
+    if not m or m.group(1) not in FLAGS:
+        return absl_message
+    name = m.group(1)
+    kind = _FLAG_KINDS.get(FLAGS[name].flag_type())
+    if kind is None:
+        return absl_message
+    extra = f" (or --{name} / --no{name})" if kind == _FLAG_KINDS["bool"] else ""
+    return f"--{name} must be {kind}{extra}. Received: --{name}={_typed(name)}"
 
 
 class PlainLogFormatter(std_logging.Formatter):
@@ -1198,6 +1311,10 @@ def main(argv: List[str]) -> int:
     """
     name = argv[1] if len(argv) > 1 else None
     if name not in COMMANDS:
+        guess = _did_you_mean(name)
+        if guess:
+            return _error(None, f"unknown command {name!r}{guess} (commands: "
+                                f"{', '.join(COMMANDS)}). {_received_args(argv)}")
         return _error(None, f"expected a command, one of {', '.join(COMMANDS)}. "
                             f"{_received_args(argv)}")
     foreign = [f for f, cmds in FLAG_COMMANDS.items() if FLAGS[f].present and name not in cmds]
@@ -1239,7 +1356,8 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
             sys.exit(0)
         if name not in COMMANDS:
             print(main_help(), file=sys.stderr)
-            sys.exit(_error(None, f"unknown command {name!r}; one of {', '.join(COMMANDS)}"))
+            sys.exit(_error(None, f"unknown command {name!r}; one of {', '.join(COMMANDS)}"
+                                  f"{_did_you_mean(name)}"))
         print(command_help(name))
         sys.exit(0)
     # TensorFlow loads in main, after the usage checks that argv alone settles.

@@ -302,8 +302,6 @@ def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] =
         port=port, worker_addresses=list(worker_addresses) if worker_addresses else None,
         work_dir=work_dir, fault_tolerant_mode=fault_tolerant_mode, **kw)
     server = tf.data.experimental.service.DispatchServer(cfg, start=True)
-    logging.info("pipeline: tf.data service dispatcher at %s (workers: %s)", server.target,
-                 ", ".join(worker_addresses) if worker_addresses else "any")
     print(f"pipeline: dispatcher listening at {server.target}", flush=True)
     if block:
         serve_until_interrupted(server)

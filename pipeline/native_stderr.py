@@ -29,6 +29,9 @@ Used for:
   static initialisers log the same lines again. The command line imports
   TensorFlow through ``import_tensorflow`` (``dropping_repeats``), so they
   show once.
+* ``CUDA_FACTORY``: TensorFlow 2.16's ``import tensorflow`` writes "Unable to
+  register cuFFT factory" (cuDNN, cuBLAS) error lines, its CUDA plugins registered
+  twice, whatever ``TF_CPP_MIN_LOG_LEVEL`` says; ``import_tensorflow`` drops them.
 * ``import_tensorflow`` in a child process: ``bench`` runs each candidate in a
   process of its own, which imports TensorFlow, and TensorFlow 2.21 writes its
   start-up lines whatever ``TF_CPP_MIN_LOG_LEVEL`` says. The parent passes the
@@ -172,9 +175,20 @@ def dropping(pattern: Union[str, Pattern], dropped: Optional[list] = None) -> It
         yield dropped
 
 
+# TensorFlow 2.16's ``import tensorflow`` writes three error lines, whatever
+# TF_CPP_MIN_LOG_LEVEL says ("E ... cuda_fft.cc:479] Unable to register cuFFT factory:
+# Attempting to register factory for plugin cuFFT when one has already been registered",
+# cuDNN's and cuBLAS's alike): its CUDA plugins register twice, a known-harmless bug of
+# that release. Compared without ``LOG_PREFIX``.
+CUDA_FACTORY = re.compile(
+    rb"\S+\] Unable to register cu(?:FFT|DNN|BLAS) factory: Attempting to register factory "
+    rb"for plugin cu(?:FFT|DNN|BLAS) when one has already been registered")
+
+
 @contextlib.contextmanager
 def dropping_repeats(dropped: Optional[list] = None,
-                     seen: Optional[Set[bytes]] = None) -> Iterator[list]:
+                     seen: Optional[Set[bytes]] = None,
+                     drop: Optional[Pattern[bytes]] = None) -> Iterator[list]:
     """Within the block, a line that repeats an earlier one of the block is dropped.
 
     Lines are compared without TensorFlow's log prefix (``LOG_PREFIX``: its
@@ -187,6 +201,8 @@ def dropping_repeats(dropped: Optional[list] = None,
         seen: optional set of lines (bytes, without their line end and log
             prefix) that count as shown before the block: they are dropped
             too. The lines the block lets through are added to it.
+        drop: optional pattern (bytes); a line (without its log prefix) it matches
+            whole is dropped too, the first time as well.
 
     Yields:
         The list of dropped lines (complete once the block has ended).
@@ -198,7 +214,7 @@ def dropping_repeats(dropped: Optional[list] = None,
         line = LOG_PREFIX.sub(b"", segment.rstrip(b"\r\n"))
         if not line.strip() or not segment.endswith(b"\n"):
             return segment
-        if line in seen:
+        if line in seen or (drop is not None and drop.fullmatch(line)):
             dropped.append(segment.rstrip(b"\r\n").decode("utf-8", "replace"))
             return b""
         seen.add(line)
@@ -231,7 +247,9 @@ def import_tensorflow() -> None:
     Within ``dropping_repeats``: a line that repeats one this import wrote
     before (TensorFlow 2.21 writes its start-up lines twice), or one that an
     earlier ``import_tensorflow`` showed, here or in the parent process that
-    started this one with ``startup_env()`` in its environment, is dropped.
+    started this one with ``startup_env()`` in its environment, is dropped, and so
+    are TensorFlow 2.16's known-harmless CUDA plugin registration errors
+    (``CUDA_FACTORY``).
     Nothing is filtered when TensorFlow is already imported.
 
     Raises:
@@ -239,7 +257,7 @@ def import_tensorflow() -> None:
     """
     if "tensorflow" in sys.modules:
         return
-    with dropping_repeats(seen=_shown_startup_lines()):
+    with dropping_repeats(seen=_shown_startup_lines(), drop=CUDA_FACTORY):
         import tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
 
 

@@ -259,6 +259,14 @@ def quiet_cpp_logs(user_level: Optional[str], tensorflow_first: bool) -> CppLogS
     return status
 
 
+# What no log level hides, said with the doctor's line on the C++ log level.
+IMPORT_TIME_LINES = ("not hidden by any level: the lines import tensorflow writes before "
+                     "it reads one (2.16: 'Unable to register cuFFT/cuDNN/cuBLAS factory' "
+                     "errors; 2.21: its start-up lines); pipeline's own import of it "
+                     "(python -m pipeline, or a public name used first) drops 2.16's and "
+                     "shows 2.21's once")
+
+
 def cpp_log_status() -> CppLogStatus:
     """Whether TensorFlow's C++ warnings are hidden in this process (see ``quiet_cpp_logs``)."""
     return _cpp_log
@@ -340,7 +348,8 @@ def format_doctor(report: Optional[dict] = None) -> str:
     ]
     if "tf_cpp_log" in r:
         c = r["tf_cpp_log"]
-        lines.append(f"TF C++ warnings     {'hidden' if c['quiet'] else 'shown'} ({c['how']})")
+        lines.append(f"TF C++ warnings     {'hidden' if c['quiet'] else 'shown'} ({c['how']}); "
+                     f"{IMPORT_TIME_LINES}")
     return "\n".join(lines)
 
 

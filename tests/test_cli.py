@@ -518,8 +518,8 @@ def test_usage_errors_name_what_the_user_typed(tmp_path):
          "SRC needs class sub-folders (a file's class is the name of its sub-folder), but it "
          f"has none. Received: SRC={str(tmp_path / 'flat')!r}"),
         (("convert", str(src), str(tmp_path / "o3"), "--seed=-1"),
-         "--seed must be an integer from 0 to 4294967295 (2**32 - 1: numpy's and Keras' seeds "
-         "are unsigned 32-bit). Received: --seed=-1"),
+         "--seed must be an integer from 0 to 4294967295 (2**32 - 1: convert's row order is "
+         "numpy.random.RandomState(seed), whose seed is unsigned 32-bit). Received: --seed=-1"),
         (("convert", str(src), str(tmp_path / "o4"), "--label_columns=y", "--root=/tmp"),
          "--label_columns, --root apply to a manifest SRC (.csv / .jsonl) only; SRC is not one. "
          f"Received: SRC={str(src)!r}"),
@@ -818,7 +818,7 @@ def test_service_port_errors_name_the_port():
     import socket
 
     code, _, err = run_cli("service", "dispatcher", "--port=-1")
-    assert code == 2 and "--port must be 0-65535. Received: -1" in err, err
+    assert code == 2 and "--port must be 0-65535. Received: --port=-1" in err, err
     busy = socket.socket()
     busy.bind(("0.0.0.0", 0))
     busy.listen()
@@ -968,12 +968,14 @@ def test_usage_errors_that_argv_settles_come_before_tensorflow_loads():
         (["scan", "d", "--num_shards=3"],
          "pipeline scan: error: --num_shards is not a flag of scan (it belongs to convert)"),
         (["service", "dispatcher", "--port=-1"],
-         "pipeline service: error: --port must be 0-65535. Received: -1"),
+         "pipeline service: error: --port must be 0-65535. Received: --port=-1"),
         (["service", "worker"],
-         "pipeline service: error: service worker needs --dispatcher_address=HOST:PORT"),
-        (["bench", "--epochs=0"], "pipeline bench: error: --epochs must be > 0. Received: 0"),
-        (["bench", "--batch_size=abc"], "pipeline bench: error: flag --batch_size=abc: invalid "
-                                        "literal for int() with base 10: 'abc'"),
+         "pipeline service: error: service worker needs --dispatcher_address=HOST:PORT. "
+         "Received: service worker, no --dispatcher_address"),
+        (["bench", "--epochs=0"],
+         "pipeline bench: error: --epochs must be > 0. Received: --epochs=0"),
+        (["bench", "--batch_size=abc"], "pipeline bench: error: --batch_size must be an "
+                                        "integer. Received: --batch_size=abc"),
         (["convert", "a.txt", "out", "--path_column=p"],
          "pipeline convert: error: --path_column applies to a manifest SRC (.csv / .jsonl) only; "
          "SRC is not one. Received: SRC='a.txt'"),
@@ -1141,15 +1143,18 @@ def test_seed_out_of_range_and_convert_into_src_are_usage_errors_first(tmp_path)
     solid(str(tmp_path / "src" / "cat" / "1.png"), 1)
     src = str(tmp_path / "src")
     os.symlink(src, tmp_path / "link")
-    why = ("--seed must be an integer from 0 to 4294967295 (2**32 - 1: numpy's and Keras' "
-           "seeds are unsigned 32-bit). Received: --seed=")
+    why = ("--seed must be an integer from 0 to 4294967295 (2**32 - 1: bench's peers take it "
+           "as Keras' and numpy's seeds, which are unsigned 32-bit). Received: --seed=")
+    conv = ("--seed must be an integer from 0 to 4294967295 (2**32 - 1: convert's row order "
+            "is numpy.random.RandomState(seed), whose seed is unsigned 32-bit). Received: "
+            "--seed=")
     inside = ("OUT must not be SRC or a folder inside it: the shards and dataset.json would be "
               "written among SRC's images. Received: ")
     cases = [
         (["bench", "--seed=-1"], f"pipeline bench: error: {why}-1"),
         (["bench", "--seed=5000000000"], f"pipeline bench: error: {why}5000000000"),
         (["convert", src, str(tmp_path / "out"), "--seed=4294967296"],
-         f"pipeline convert: error: {why}4294967296"),
+         f"pipeline convert: error: {conv}4294967296"),
         (["convert", src, src], f"pipeline convert: error: {inside}OUT={src!r}, SRC={src!r}"),
         (["convert", src + "/", f"{src}/shards"],
          f"pipeline convert: error: {inside}OUT='{src}/shards', SRC='{src}/'"),
@@ -1218,9 +1223,11 @@ def test_service_checks_its_numbers_and_fault_tolerant_mode_before_tensorflow():
          "pipeline service: error: --fault_tolerant_mode needs --work_dir (the folder where the "
          "dispatcher journals its state). Received: --fault_tolerant_mode, no --work_dir"),
         (["service", "dispatcher", "--worker_timeout_ms=-5", "--port=0"],
-         "pipeline service: error: --worker_timeout_ms must be > 0. Received: -5"),
+         "pipeline service: error: --worker_timeout_ms must be > 0. "
+         "Received: --worker_timeout_ms=-5"),
         (["service", "worker", "--dispatcher_address=x:1", "--heartbeat_interval_ms=0"],
-         "pipeline service: error: --heartbeat_interval_ms must be > 0. Received: 0"),
+         "pipeline service: error: --heartbeat_interval_ms must be > 0. "
+         "Received: --heartbeat_interval_ms=0"),
     ]
     got = _usage_errors([a for a, _ in cases])
     assert got == [[2, says, False] for _, says in cases]
@@ -1528,9 +1535,11 @@ def test_a_flags_value_is_echoed_as_typed():
     user typed."""
     cases = [
         (["bench", "--plan", "--target_images_per_sec=-1"],
-         "pipeline bench: error: --target_images_per_sec must be > 0. Received: -1"),
+         "pipeline bench: error: --target_images_per_sec must be > 0. "
+         "Received: --target_images_per_sec=-1"),
         (["bench", "--plan", "--target_images_per_sec", "-2"],
-         "pipeline bench: error: --target_images_per_sec must be > 0. Received: -2"),
+         "pipeline bench: error: --target_images_per_sec must be > 0. "
+         "Received: --target_images_per_sec=-2"),
         (["bench", "--max_spread=-1"],
          "pipeline bench: error: --max_spread must be a finite number > 0. Received: "
          "--max_spread=-1"),
@@ -1589,3 +1598,200 @@ def test_bench_bars_show_the_steady_rate_of_the_table(capsys):
     assert re.search(r"epoch 2/2: +0%[^\r\n]*steady \d", err), err  # carried over
     assert bench._rate_text(0, 1.0) == "-" and bench._rate_text(1234, 1.0) == "1,234"
     assert "{rate" not in bench.BAR_FORMAT
+
+
+# --- issue: the fourth fresh-eyes test of the command line --------------------------------
+
+def test_bench_refuses_every_flag_its_report_does_not_read():
+    """`bench --profile --compare=plain,keras` dropped --compare; `--plan ... --compare=plain`
+    too; `--target_images_per_sec=100` without --plan or --profile ran the peer comparison."""
+    bench_flags = set(cli.command_flags("bench"))
+    read_by_all = {"data_dir", "image_size", "batch_size", "sample_images", "on_error",
+                   "json_out", "plan", "profile", "progress"}
+    assert bench_flags - set(cli.BENCH_MODE_FLAGS) == read_by_all
+    assert set(cli.BENCH_MODE_FLAGS) <= bench_flags
+    peers = "the peer comparison is bench without --plan or --profile"
+    cases = [
+        (["bench", "--profile", "--compare=plain,keras"],
+         "pipeline bench: error: --compare applies to the peer comparison only (--profile "
+         f"profiles pipeline's stages alone; {peers}). Received: --compare=plain,keras"),
+        (["bench", "--plan", "--target_images_per_sec=100", "--compare=plain"],
+         "pipeline bench: error: --compare applies to the peer comparison only (--plan "
+         f"measures pipeline alone; {peers}). Received: --compare=plain"),
+        (["bench", "--target_images_per_sec=100"],
+         "pipeline bench: error: --target_images_per_sec applies with --plan or --profile only "
+         "(without them bench compares peers in eval mode). "
+         "Received: --target_images_per_sec=100"),
+        (["bench", "--profile", "--epochs=3", "--noprogress", "--seed=1"],
+         "pipeline bench: error: --epochs, --seed apply to the peer comparison or --plan "
+         f"only (--profile profiles pipeline's stages alone; {peers}). "
+         "Received: --epochs=3, --seed=1"),
+        (["bench", "--plan", "--target_images_per_sec=100", "--max_spread=0.5",
+          "--profile_dir=p"],
+         "pipeline bench: error: --max_spread applies to the peer comparison only; "
+         "--profile_dir applies with --profile only (--plan measures pipeline alone; "
+         f"{peers}). Received: --max_spread=0.5, --profile_dir=p"),
+        (["bench", "--plan", "--profile"],
+         "pipeline bench: error: --plan and --profile are separate reports: give one. "
+         "Received: --plan, --profile"),
+        (["bench", "--plan"],
+         "pipeline bench: error: --plan needs --target_images_per_sec (images/s to feed, e.g. "
+         "56000 for 8 GPUs x 7000). Received: --plan, no --target_images_per_sec"),
+    ]
+    got = _usage_errors([a for a, _ in cases])
+    assert got == [[2, says, False] for _, says in cases]
+
+
+def test_a_peers_failure_on_a_bad_file_says_peers_do_not_skip_them(monkeypatch):
+    """keras failing on a bad file with --on_error=skip was told "--on_error=skip" (which
+    applies to pipeline only), after a doubled period ("Input is empty..")."""
+    import subprocess as sp
+    stderr = "ValueError: Input is empty.\n"
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: sp.CompletedProcess(
+        a, 1, stdout="", stderr=stderr))
+    monkeypatch.setattr(bench, "about_files", lambda text: True)
+    with pytest.raises(RuntimeError) as e:
+        bench.run_candidate({"name": "keras", "options": {"on_error": "skip"}}, progress=False)
+    assert str(e.value) == (
+        "benchmark candidate 'keras' failed (exit 1): ValueError: Input is empty. The peers do "
+        "not skip bad files (--on_error is pipeline's): find them with `python -m pipeline "
+        "scan`, or leave keras out of --compare.")
+    with pytest.raises(RuntimeError) as e:  # pipeline's own, as the CLI passes on_error
+        bench.run_candidate({"name": "pipeline", "options": {"on_error": "skip"}},
+                            progress=False)
+    assert str(e.value) == ("benchmark candidate 'pipeline' failed (exit 1): ValueError: "
+                            "Input is empty.")
+    assert bench.bad_files_hint({"name": "pipeline_train", "options": {"on_error": "raise"}}) \
+        == " A folder with bad files: --on_error=skip, or find them with `python -m pipeline scan`."
+
+
+def test_a_flag_value_of_the_wrong_type_is_said_in_the_clis_words():
+    """`--shuffle=maybe` showed absl's `('Non-boolean argument to boolean flag', 'maybe')`,
+    `--max_pixels=abc` Python's `invalid literal for int() with base 10`."""
+    cases = [
+        (["convert", "a", "b", "--shuffle=maybe"],
+         "pipeline convert: error: --shuffle must be true or false (or --shuffle / "
+         "--noshuffle). Received: --shuffle=maybe"),
+        (["scan", "x", "--max_pixels=abc"],
+         "pipeline scan: error: --max_pixels must be an integer. Received: --max_pixels=abc"),
+        (["scan", "x", "--max_pixels", "1e9"],
+         "pipeline scan: error: --max_pixels must be an integer. Received: --max_pixels=1e9"),
+        (["scan", "x", "--max_pixels=1,000"],
+         "pipeline scan: error: --max_pixels must be an integer. Received: --max_pixels=1,000"),
+        (["service", "dispatcher", "--port=abc"],
+         "pipeline service: error: --port must be an integer. Received: --port=abc"),
+        (["bench", "--max_spread=wide"],
+         "pipeline bench: error: --max_spread must be a number. Received: --max_spread=wide"),
+        (["sacn", "dir"],
+         "pipeline: error: unknown command 'sacn': did you mean 'scan'? (commands: bench, scan, "
+         "convert, service, doctor). Received: sacn dir"),
+        (["bench", "--on_error=ignore"],
+         "pipeline bench: error: --on_error must be 'raise' or 'skip'. "
+         "Received: --on_error=ignore"),
+    ]
+    got = _usage_errors([a for a, _ in cases])
+    assert got == [[2, says, False] for _, says in cases]
+    # absl's message of another form passes unchanged
+    assert cli.flag_value_error("flag --nope=1: whatever") == "flag --nope=1: whatever"
+
+
+def test_seed_range_is_the_librarys_except_where_a_32_bit_consumer_takes_it():
+    """The CLI refused `--seed=99999999999` everywhere ("numpy's and Keras' seeds are unsigned
+    32-bit"), though the library takes [0, 2**63) and only bench's peers and convert's row
+    order (numpy.random.RandomState) need 32 bits."""
+    cases = [
+        # no peer, --plan: the seed passes (the next check speaks)
+        (["bench", "--compare=", "--seed=99999999999", "--max_spread=-1"],
+         "pipeline bench: error: --max_spread must be a finite number > 0. "
+         "Received: --max_spread=-1"),
+        (["bench", "--plan", "--target_images_per_sec=5", "--seed=99999999999",
+          "--headroom=0.5"],
+         "pipeline bench: error: --headroom must be >= 1. Received: --headroom=0.5"),
+        (["bench", "--compare=", f"--seed={2**63}"],
+         f"pipeline bench: error: --seed must be an integer from 0 to {2**63 - 1} "
+         f"(2**63 - 1). Received: --seed={2**63}"),
+        (["bench", "--compare=plain,keras", "--seed=99999999999"],
+         "pipeline bench: error: --seed must be an integer from 0 to 4294967295 (2**32 - 1: "
+         "bench's peers take it as Keras' and numpy's seeds, which are unsigned 32-bit). "
+         "Received: --seed=99999999999"),
+    ]
+    got = _usage_errors([a for a, _ in cases])
+    assert got == [[2, says, False] for _, says in cases]
+
+
+def test_sigterm_stops_a_service_dispatcher_as_ctrl_c_does(tmp_path):
+    """SIGTERM on a dispatcher exited 143 without a line; the dispatcher said where it
+    listens twice (a log line and a printed one)."""
+    import select
+    import signal
+    port = _free_port()
+    with open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline", "service", "dispatcher",
+                                 f"--port={port}"], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=err, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGTERM,
+                                                                 signal.SIG_DFL))
+        try:
+            ready, _, _ = select.select([proc.stdout], [], [], 120)  # TensorFlow loads first
+            first = proc.stdout.readline() if ready else "(nothing within 120 s)"
+            assert first == f"pipeline: dispatcher listening at grpc://localhost:{port}\n"
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=60)
+            rest = proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert (code, rest) == (0, "pipeline: stopped (SIGTERM)\n")
+    assert f"localhost:{port}" not in (tmp_path / "err").read_text()  # said once, on stdout
+
+
+def test_service_help_shows_the_ports_real_defaults():
+    """`service --help` said "(dispatcher default 5050, worker 0 = any). [default: none]"."""
+    text = cli.command_help("service")
+    assert ("  --port=N\n      TCP port to listen on (0: any free port). "
+            "[default: dispatcher 5050, worker 0]\n") in text
+
+
+def test_bench_header_comes_first_names_the_folder_as_given_and_counts_files(
+        tmp_path, monkeypatch):
+    """The header elided the path (`<...>/fe3.fDD9/good`), called every indexed file an
+    image, and was missing when pipeline, the only candidate, failed."""
+    from conftest import solid
+    for i in range(6):
+        solid(str(tmp_path / "d" / "a" / f"{i}.png"), i)
+    (tmp_path / "d" / "a" / "notes.jpg").write_text("not an image")  # kept: by extension
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench, "run_candidates", lambda names, spec, **kw: {
+        "pipeline": {"name": "pipeline", "error": "benchmark candidate 'pipeline' failed "
+                                                  "(exit 1): boom."}})
+    code, out, err = run_cli("bench", "--data_dir=d/", "--batch_size=2", "--compare=",
+                             "--noprogress", "--repeats=1", "--epochs=1", "--verbosity=0")
+    assert code == 1, (out, err)
+    lines = out.splitlines()
+    assert lines[0].startswith("stack: ")
+    assert lines[1] == (f"7 files in d/, image_size=224x224, batch_size=2, epochs=1, "
+                        f"repeats=1 (alternated), {os.cpu_count()} CPUs")
+    assert "pipeline failed: benchmark candidate 'pipeline' failed (exit 1): boom." in err
+
+
+def test_cuda_factory_registration_lines_are_dropped_and_doctor_says_what_shows(capfd):
+    """doctor said "TF C++ warnings hidden" while every command printed TensorFlow 2.16's
+    three "Unable to register cuFFT/cuDNN/cuBLAS factory" errors at import."""
+    from pipeline import native_stderr, stack
+    with native_stderr.dropping_repeats(drop=native_stderr.CUDA_FACTORY) as dropped:
+        os.write(2, b"2026-12-01 09:58:46.714664: E external/local_xla/xla/stream_executor/"
+                    b"cuda/cuda_dnn.cc:9261] Unable to register cuDNN factory: Attempting to "
+                    b"register factory for plugin cuDNN when one has already been registered\n"
+                    b"2026-12-01 09:58:46.714710: E external/x/cuda_blas.cc:1] Unable to "
+                    b"register cuBLAS factory: Attempting to register factory for plugin "
+                    b"cuBLAS when one has already been registered\nE other error\n")
+    assert capfd.readouterr().err == "E other error\n"
+    assert len(dropped) == 2
+    text = stack.format_doctor(dict(stack.doctor(), tf_cpp_log={"quiet": True, "how": "set"}))
+    line = next(l for l in text.splitlines() if l.startswith("TF C++ warnings"))
+    assert line == ("TF C++ warnings     hidden (set); not hidden by any level: the lines import "
+                    "tensorflow writes before it reads one (2.16: 'Unable to register "
+                    "cuFFT/cuDNN/cuBLAS factory' errors; 2.21: its start-up lines); pipeline's "
+                    "own import of it (python -m pipeline, or a public name used first) drops "
+                    "2.16's and shows 2.21's once")

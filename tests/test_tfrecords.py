@@ -308,7 +308,7 @@ def test_convert_cli_on_error(folder, tmp_path):
                                         "write:\n")
     assert "header claims 6x5 pixels > max_pixels=29" in err
     code, _, err = run_cli("convert", folder, str(tmp_path / "y"), "--on_error=ignore")
-    assert code == 2 and "--on_error must be 'raise' or 'skip'. Received: 'ignore'" in err
+    assert code == 2 and "--on_error must be 'raise' or 'skip'. Received: --on_error=ignore" in err
 
 
 class _Records:
