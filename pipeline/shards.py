@@ -175,7 +175,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             not an error: one shard per file is written, and a warning
             (absl logging) says so.
         shuffle: bool, write the rows in a seeded random order (default True).
-        seed: int, the seed of that order.
+        seed: int in [0, 2**32 - 1], the seed of that order (numpy's
+            ``RandomState`` takes 32-bit seeds); ValueError outside it.
         progress: bool, show the progress bar.
         num_workers: threads writing shards (default ``min(num_shards, 2 * cores)``).
         on_error: None (default): every file is written as it is, a bad one
@@ -211,6 +212,10 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         num_shards = checks.check_int("num_shards", num_shards)
     shuffle = checks.check_bool("shuffle", shuffle)
     seed = checks.check_int("seed", seed, minimum=0)
+    if seed > 2 ** 32 - 1:
+        raise ValueError("`seed` must be in [0, 2**32 - 1]: the row order comes from "
+                         "numpy.random.RandomState, which takes 32-bit seeds. "
+                         f"{checks.received('seed', seed)}")
     if on_error is not None:
         checks.check_choice("on_error", on_error, ("raise", "skip"))
     if max_pixels is not None:

@@ -360,3 +360,11 @@ def test_convert_says_it_wrote_fewer_shards_than_asked(folder, tmp_path):
     code, out, err = run_cli("convert", folder, str(tmp_path / "s"), "--num_shards=9",
                              "--noprogress")
     assert code == 0 and "fewer" not in out and "not --num_shards" not in out
+
+
+def test_write_tfrecords_seed_is_32_bit_and_says_why(tmp_path):
+    """numpy's RandomState orders the rows: a seed past 2**32 - 1 is a ValueError naming it,
+    not numpy's own error (found by the third fresh-eyes test)."""
+    with pytest.raises(ValueError, match=r"`seed` must be in \[0, 2\*\*32 - 1\].*"
+                                         r"Received: seed=4294967296"):
+        pipeline.write_tfrecords(["a.jpg"], str(tmp_path / "out"), seed=2 ** 32)
