@@ -208,3 +208,27 @@ def test_interpolation_spellings_of_other_libraries_get_a_hint(given, hint):
     assert str(e.value) == (
         "`interpolation` must be one of ['bilinear', 'nearest', 'bicubic', 'area', 'lanczos3', "
         f"'lanczos5', 'gaussian', 'mitchellcubic']{hint} Received: interpolation={given!r}")
+
+
+def test_augment_interpolation_in_capitals_gets_a_hint():
+    with pytest.raises(ValueError) as e:
+        pipeline.Augment(interpolation="Nearest")
+    assert str(e.value) == ("`interpolation` must be one of ['bilinear', 'nearest']; did you "
+                            "mean 'nearest'? Received: interpolation='Nearest'")
+
+
+def test_a_bad_rle_stream_is_named_without_tensorflow_text(tmp_path):
+    """The header passes (``describe_problem`` is None); the graph decoder's own assertion
+    is the reason, its message alone."""
+    pal = b"".join(bytes([v, v, v, 0]) for v in range(16))
+    info = struct.pack("<IiiHHIIiiII", 40, 6, 4, 1, 8, 1, 4, 2835, 2835, 16, 0)
+    stream = bytes([6, 1, 0, 0])  # one row, then the data ends: no end-of-bitmap
+    body = info + pal
+    data = b"BM" + struct.pack("<IHHI", 14 + len(body) + 4, 0, 0, 14 + len(body)) + body + stream
+    assert bmp.describe_problem(data) is None
+    path = str(tmp_path / "rle.bmp")
+    open(path, "wb").write(data)
+    r = pipeline.scan([path], progress=False)
+    assert r.bad_files == [{"path": path, "reason": "corrupt BMP data (the decoder failed on it: "
+                            "RLE data truncated (ends before the image is full, with no "
+                            "end-of-bitmap))"}]
