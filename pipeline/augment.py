@@ -275,9 +275,7 @@ class Augment:
             raise _err(f"`fill_mode` must be one of {list(FILL_MODES)}.", "fill_mode", fill_mode)
         self.fill_mode = fill_mode
         self.fill_value = _check_range("fill_value", fill_value, 0.0, 255.0)
-        if interpolation not in INTERPOLATIONS:
-            raise _err(f"`interpolation` must be one of {list(INTERPOLATIONS)}.",
-                       "interpolation", interpolation)
+        checks.check_choice("interpolation", interpolation, INTERPOLATIONS)  # "Bilinear": a hint
         self.interpolation = interpolation
         # Options for the dataset factory that ImageDataGenerator users migrate
         # (e.g. rescale -> dtype/normalize); see from_image_data_generator.

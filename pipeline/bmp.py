@@ -39,7 +39,7 @@ This module is standalone: it imports only TensorFlow (plus TensorFlow's own
 
 import tensorflow as tf
 
-__all__ = ["decode_bmp", "bmp_header", "unlowered_case"]
+__all__ = ["decode_bmp", "bmp_header", "describe_problem", "unlowered_case"]
 
 # Bytes of the file read for the header: BITMAPFILEHEADER (14) + BITMAPV5HEADER (124)
 # + up to 4 colour masks stored after a 40-byte BITMAPINFOHEADER (16).
@@ -52,6 +52,109 @@ _PATH_BGR24, _PATH_BGRA32, _PATH_PALETTE8, _PATH_PALETTE_LOW, _PATH_MASKS, _PATH
 # Little-endian fields read from the first _HEAD bytes, by file offset.
 _U32 = (10, 14, 18, 22, 30, 46, 54, 58, 62, 66)
 _U16 = (18, 20, 24, 28)
+
+
+_COMPRESSIONS = {0: "BI_RGB", 1: "RLE8", 2: "RLE4", 3: "BITFIELDS", 4: "JPEG-in-BMP",
+                 5: "PNG-in-BMP", 6: "ALPHABITFIELDS"}
+
+
+def describe_problem(contents: bytes):
+    """Why ``decode_bmp`` (or ``tf.io.decode_bmp``) refuses a BMP, read in Python
+    from its header, or None when the header passes every check.
+
+    The same checks as the graph decoder's, with the values they failed on:
+    e.g. "unsupported BMP variant (7 bits per pixel)", "truncated BMP header
+    (12 bytes; the header needs 54)", "negative width (-50)", "pixel data
+    offset 1000000000 is beyond the end of the file (60 bytes)". A negative
+    height is legal (a top-down BMP). RLE data is not walked: a BMP whose header
+    passes but whose RLE stream is bad gives None.
+
+    Args:
+        contents: bytes, the whole file.
+
+    Returns:
+        str (one line, no TensorFlow text) or None.
+    """
+    n = len(contents)
+    if contents[:2] != b"BM":
+        return "not a BMP file (no 'BM' signature)"
+    if n < 18:
+        return f"truncated BMP header ({n} bytes; the smallest BMP header is 26)"
+    head = contents[:_HEAD] + bytes(max(0, _HEAD - n))
+
+    def u32(o):
+        return int.from_bytes(head[o:o + 4], "little")
+
+    def s32(o):
+        v = u32(o)
+        return v - 2 ** 32 if v >= 2 ** 31 else v
+
+    def u16(o):
+        return int.from_bytes(head[o:o + 2], "little")
+
+    hs = u32(14)
+    if hs not in _HEADER_SIZES:
+        return (f"unsupported or corrupt BMP info header size ({hs} bytes; known: "
+                f"{', '.join(map(str, _HEADER_SIZES))})")
+    need = 14 + hs
+    if n < need:
+        return f"truncated BMP header ({n} bytes; the header needs {need})"
+    core = hs == 12
+    width = u16(18) if core else s32(18)
+    height = u16(20) if core else s32(22)
+    if width < 0:
+        return f"negative width ({width}) in the BMP header"
+    if width == 0 or height == 0:
+        return f"zero {'width' if width == 0 else 'height'} in the BMP header ({width}x{height})"
+    height = abs(height)  # negative: a top-down BMP
+    bits = u16(24) if core else u16(28)
+    comp = 0 if core else u32(30)
+    colors = 0 if core else u32(46)
+    is_bf, is_abf = comp == _BI_BITFIELDS, comp == _BI_ALPHABITFIELDS
+    mask_extra = ((12 if is_bf else 16 if is_abf else 0) if hs == 40 else
+                  4 if hs == 52 and is_abf else 0)
+    header_end = 14 + hs + mask_extra
+    if n < header_end:
+        return (f"truncated BMP header ({n} bytes; the header and its colour masks need "
+                f"{header_end})")
+    if bits not in (1, 2, 4, 8, 16, 24, 32):
+        return f"unsupported BMP variant ({bits} bits per pixel)"
+    direct = bits >= 16 and hs != 64
+    if not (comp == _BI_RGB or (comp == _BI_RLE8 and bits == 8)
+            or (comp == _BI_RLE4 and bits == 4) or ((is_bf or is_abf) and direct)):
+        name = _COMPRESSIONS.get(comp, f"code {comp}")
+        return f"unsupported BMP variant (compression {name} with {bits} bits per pixel)"
+    if (is_bf or is_abf) and bits >= 16:
+        masks = [u32(54), u32(58), u32(62)] + ([u32(66)] if is_abf or hs >= 56 else [])
+        if any(masks):
+            for m in masks:
+                low = m & -m
+                if m and (((m // low) & (m // low + 1)) or m >> bits):
+                    return (f"unsupported BMP variant (BITFIELDS colour mask {m:#x} is not "
+                            f"contiguous or is wider than {bits} bits)")
+    paletted = bits <= 8
+    entry = 3 if core else 4
+    full = 1 << bits if paletted else 0
+    colors = full if core or colors == 0 else colors
+    pal_bytes = entry * colors if paletted else 0
+    if paletted:
+        pal_end = header_end + entry * min(colors, full)
+        if colors > 65536 or pal_end > n:
+            return (f"bad or truncated BMP colour palette ({colors} colours; the palette "
+                    f"ends at byte {pal_end}, the file has {n})")
+    off = u32(10)
+    off = header_end + pal_bytes if off == 0 else off
+    off = off + pal_bytes if off == 14 + hs and paletted else off
+    if off > n:
+        return f"pixel data offset {off} is beyond the end of the file ({n} bytes)"
+    rle = comp in (_BI_RLE8, _BI_RLE4)
+    data_need = off + (width * bits + 31) // 32 * 4 * (height - 1) + (width * bits + 7) // 8
+    if not rle and data_need > n:
+        return (f"truncated BMP pixel data ({n} bytes; {width}x{height} pixels at {bits} bits "
+                f"from offset {off} need {data_need})")
+    if width * height * 4 >= 2 ** 31:
+        return f"BMP image too large ({width}x{height} pixels)"
+    return None
 
 
 def _c(value):

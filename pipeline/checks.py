@@ -108,14 +108,26 @@ def check_bool(name: str, value) -> bool:
     return bool(value)
 
 
-def check_choice(name: str, value, choices: Sequence):
+def check_choice(name: str, value, choices: Sequence, hints: Optional[dict] = None):
     """``value`` when it is one of ``choices``.
+
+    ``hints``: {a value another library spells so: (the choice it means, where
+    that spelling comes from)}; a value found there, or a choice in other
+    letter case, gets "did you mean ...?" in the message.
 
     Raises:
         ValueError: naming ``name``, the choices and the value received.
     """
     if value not in choices:
-        raise ValueError(f"`{name}` must be one of {list(choices)}. {received(name, value)}")
+        hint = "."
+        if isinstance(value, str):
+            meant, where = (hints or {}).get(value.lower(), (None, ""))
+            if meant is None and value.lower() in choices:
+                meant = value.lower()
+            if meant is not None:
+                hint = f"; did you mean {meant!r}?" + (f" ({where})." if where else "")
+        raise ValueError(f"`{name}` must be one of {list(choices)}{hint} "
+                         f"{received(name, value)}")
     return value
 
 

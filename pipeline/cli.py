@@ -873,12 +873,25 @@ def _check_convert(argv: List[str]) -> None:
     _check_manifest_flags("SRC", argv[1])
     src, out = argv[1], argv[2]
     _check_source("SRC", src)
-    if "://" not in src and "://" not in out and os.path.isdir(src):
-        real_src, real_out = os.path.realpath(src), os.path.realpath(out)
-        if real_out == real_src or real_out.startswith(real_src.rstrip(os.sep) + os.sep):
+    if "://" not in src and "://" not in out:
+        real_out = os.path.realpath(out)
+
+        def inside(folder: str) -> bool:
+            real = os.path.realpath(folder)
+            return real_out == real or real_out.startswith(real.rstrip(os.sep) + os.sep)
+
+        if os.path.isdir(src) and inside(src):
             raise usage_error(
                 f"OUT must not be SRC or a folder inside it: the shards and dataset.json "
                 f"would be written among SRC's images. Received: OUT={out!r}, SRC={src!r}")
+        if os.path.isfile(src) and checks.is_manifest(src):
+            root = FLAGS.root or os.path.dirname(os.path.abspath(src))
+            named = f"--root={FLAGS.root!r}" if FLAGS.root else "the manifest's folder"
+            if "://" not in root and inside(root):
+                raise usage_error(
+                    f"OUT must not be the manifest's root ({named}) or a folder inside it: "
+                    f"the shards and dataset.json would be written among its images. "
+                    f"Received: OUT={out!r}, SRC={src!r}")
     _check_folder("OUT", out)
 
 

@@ -27,6 +27,11 @@ INTERPOLATIONS = (
     "bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5",
     "gaussian", "mitchellcubic",
 )
+# Other libraries' names of these methods (Keras' load_img and PIL's "lanczos").
+INTERPOLATION_HINTS = {
+    "lanczos": ("lanczos3", "Keras' load_img and PIL's 'lanczos' is tf.image.resize's "
+                            "'lanczos3'"),
+}
 SUBSETS = ("training", "validation", "both", None)
 ON_ERROR = ("raise", "skip")
 PROCESSING_MODES = ("off", "dynamic", "file")
@@ -67,7 +72,9 @@ class ImageOptions:
             "center_crop" decode only their window of a JPEG.
         interpolation: a ``tf.image.resize`` method ("bilinear", "nearest",
             "bicubic", "area", "lanczos3", "lanczos5", "gaussian",
-            "mitchellcubic").
+            "mitchellcubic"); another spelling raises ``ValueError``, with
+            "did you mean 'lanczos3'?" for Keras' / PIL's "lanczos" (and the
+            lower-case name for one in capitals).
         batch_size: int (default 32), or None for unbatched elements. With
             ``input_context``, the global batch size.
         shuffle: bool (default True): the path list is reshuffled every epoch
@@ -350,7 +357,8 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
     o["batch_size"] = checks.check_int("batch_size", o["batch_size"], allow_none=True)
     o["image_size"] = checks.check_image_size(o["image_size"], o["batch_size"])
     checks.check_choice("resize", o["resize"], RESIZE_MODES)
-    checks.check_choice("interpolation", o["interpolation"], INTERPOLATIONS)
+    checks.check_choice("interpolation", o["interpolation"], INTERPOLATIONS,
+                        INTERPOLATION_HINTS)
     checks.check_choice("on_error", o["on_error"], ON_ERROR)
     split, subset = o["validation_split"], o["subset"]
     checks.check_choice("subset", subset, SUBSETS)

@@ -375,6 +375,9 @@ def header_size(contents, fmt, head=None, tfio_tiff: bool = False):
         bmp_w = tf.where(core, _u16(b, 18, little), _u32(b, 18, little))
         bmp_h = tf.where(core, _u16(b, 20, little), _u32(b, 22, little))
         bmp_h = tf.where(bmp_h >= 2 ** 31, 2 ** 32 - bmp_h, bmp_h)  # top-down: -height
+        # a negative width is signed too: a bad header (the decoder refuses it), not a
+        # 4-billion-pixel-wide image for the max_pixels guard
+        bmp_w = tf.where(bmp_w >= 2 ** 31, bmp_w - 2 ** 32, bmp_w)
         chunk = b[15]  # "VP8X" / "VP8L" / "VP8 ": the 4th byte of the chunk name
         webp_h = tf.where(tf.equal(chunk, ord("X")), 1 + b[27] + 256 * (b[28] + 256 * b[29]),
                           tf.where(tf.equal(chunk, ord("L")),

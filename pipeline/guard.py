@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from pipeline import bmp as bmp_lib
 from pipeline import decode as decode_lib
 from pipeline import formats
 
@@ -191,8 +192,17 @@ _TF_NOISE = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]+\]( name:\
                        r"\s*\[\[\{\{node [^]]*\]\]")
 
 
+# tf.debugging.Assert's message: "Expected 'tf.Tensor(False, ...)' to be true. Summarized
+# data: b'<the message>'"; the message alone is the reason.
+_ASSERT_DATA = re.compile(r"Summarized data: b?(['\"])(.*?)\1")
+
+
 def clean_message(text: str, limit: int = 200) -> str:
-    """An op's error message without TensorFlow's function/op annotations, first line."""
+    """An op's error message without TensorFlow's function/op annotations, first line;
+    of a failed ``tf.debugging.Assert``, its data (the message) alone."""
+    found = _ASSERT_DATA.search(text or "")
+    if found:
+        text = found.group(2)
     text = _TF_NOISE.sub(" ", text or "").strip()
     first = text.splitlines()[0].strip() if text else ""
     return first[:limit].rstrip(" :")
@@ -239,10 +249,15 @@ def diagnose(contents: bytes, read_error: str, decode_fn: Callable, finish_fn: C
         image, reason = decode_fn(c)
         reason = reason.numpy().decode("utf-8", "replace")
     except Exception as e:  # noqa: BLE001 - the decoder's failure is the answer
+        if formats.sniff_bytes(contents[:formats.SIGNATURE_BYTES]) == "bmp":
+            why = bmp_lib.describe_problem(contents)  # the header's values, in words
+            if why:
+                return why
         fmt = decode_lib.sniff(c)
         why = decode_lib.diagnose(c, fmt).numpy().decode("utf-8", "replace")
         if why.startswith("corrupt"):
             detail = clean_message(getattr(e, "message", None) or str(e)) or type(e).__name__
+            detail = detail.removeprefix("BMP: ")  # pipeline.bmp's assertions (RLE data)
             why = why[:-1] + f": {detail})" if why.endswith(")") else why
             if re.search(r"unsupported|not supported|not implemented", detail, re.I):
                 # a valid file of a variant the decoder does not handle, not bad data

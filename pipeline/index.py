@@ -46,6 +46,8 @@ class Index:
             extension is not an image extension (hidden files not counted).
         duplicates: {path: manifest line numbers} for each file a manifest
             lists more than once (each row is still delivered).
+        in_no_class: image files directly under a class-folder root, in no
+            class folder, left out (they have no class).
     """
     paths: List[str]
     labels: Optional[np.ndarray]
@@ -54,6 +56,7 @@ class Index:
     errors: Dict[int, str] = dataclasses.field(default_factory=dict)
     left_out: List[str] = dataclasses.field(default_factory=list)
     duplicates: Dict[str, List[int]] = dataclasses.field(default_factory=dict)
+    in_no_class: List[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         if self.labels is not None and not isinstance(self.labels, np.ndarray):
@@ -171,6 +174,16 @@ def warn_left_out(left_out: Sequence[str], directory: str) -> None:
             left_out[0], " ".join(formats.IMAGE_EXTENSIONS))
 
 
+def warn_in_no_class(in_no_class: Sequence[str], directory: str) -> None:
+    """One warning (seen at the default log level) counting the image files left out
+    for lying directly under a class-folder root."""
+    if in_no_class:
+        logging.warning(
+            "pipeline: left out %d image file(s) directly under %s, in no class folder "
+            "(a file's class is the name of its sub-folder), e.g. %s; pipeline.scan lists "
+            "them", len(in_no_class), directory, in_no_class[0])
+
+
 def check_tiffs(paths: Sequence[str], errors: Dict[int, str]) -> Dict[int, str]:
     """Adds truncated local TIFFs (by extension) to ``errors``; no other file is opened."""
     for i, p in enumerate(paths):
@@ -237,9 +250,14 @@ def index_directory(directory, labels="inferred", class_names=None,
     paths: List[str] = []
     errors: Dict[int, str] = {}
     left_out: List[str] = []
+    in_no_class: List[str] = []
     label_list = None
     if isinstance(labels, str) and labels == "inferred":
-        subdirs = [n for n, is_dir in read.listdir(directory) if is_dir and not read.is_hidden(n)]
+        entries = read.listdir(directory)
+        subdirs = [n for n, is_dir in entries if is_dir and not read.is_hidden(n)]
+        in_no_class = [read.join(directory, n) for n, is_dir in entries
+                       if not is_dir and not read.is_hidden(n)
+                       and n.lower().endswith(formats.IMAGE_EXTENSIONS)]
         if not subdirs:
             raise ValueError(
                 "`directory` needs class sub-folders (a file's class is the name of its "
@@ -277,9 +295,11 @@ def index_directory(directory, labels="inferred", class_names=None,
                     f"{len(paths)} image files (sorted order). Received: labels=<{len(given)} items>")
             label_list = _check_int_labels(given, class_names)
     warn_left_out(left_out, directory)
+    warn_in_no_class(in_no_class, directory)
     if not paths:
         raise ValueError(f"No image files found in `directory`. Received: directory={directory!r}")
-    return Index(paths, label_list, class_names, None, check_tiffs(paths, errors), left_out)
+    return Index(paths, label_list, class_names, None, check_tiffs(paths, errors), left_out,
+                 in_no_class=in_no_class)
 
 
 def index_paths(paths, labels=None, class_names=None) -> Index:

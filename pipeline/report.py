@@ -67,8 +67,13 @@ def _range_labels(bounds, fmt):
     """Bin labels that read as ranges: the first bin is "<= a", then "a-b"
     (above a, up to b), the last "> z"."""
     labels = ["0 B (empty)" if bounds[0] == 0 else f"<= {fmt(bounds[0])}"]
-    labels += [f"{fmt(lo)}-{fmt(hi)}" for lo, hi in zip(bounds, bounds[1:])]
+    # after "0 B (empty)" the next bin starts at 1 B (no two bins share a size)
+    labels += [f"{fmt(lo + (lo == 0))}-{fmt(hi)}" for lo, hi in zip(bounds, bounds[1:])]
     return labels + [f"> {fmt(bounds[-1])}"]
+
+
+# ``file_bytes_histogram``'s row of the files with no size (missing or unreadable).
+NO_SIZE = "no size (missing or unreadable)"
 
 
 def _bucket(value, bounds, labels) -> str:
@@ -100,8 +105,10 @@ class ScanReport:
         per_class: {class name: number of files} (or {} without classes).
         per_format: {format (sniffed from content): number of files}.
         file_bytes_histogram: {bin label: count}, file sizes; the bins are
-            ranges: "0 B (empty)", "0 B-1 KB", ..., "100 KB-1 MB" (above 100 KB,
-            up to 1 MB), ..., "> 10 MB". Each file is counted in one bin.
+            ranges: "0 B (empty)", "1 B-1 KB", "1 KB-10 KB" (above 1 KB, up to
+            10 KB), ..., "> 10 MB"; a file with no size (missing or
+            unreadable: it is a bad file) under "no size (missing or
+            unreadable)", last. Each file is counted in one bin.
         max_side_histogram: {bin label: count}, the larger image side in
             pixels (decodable files only), bins "<= 64px", "64px-128px", ...,
             "> 4096px".
@@ -117,6 +124,8 @@ class ScanReport:
             read)", "empty file (0 bytes)" or "not an image (no known
             format)".
         left_out: paths the listing left out (not an image extension).
+        in_no_class: image files directly under a class-folder root, left
+            out (in no class folder, they have no class).
         stack: one line on the optional decoders here (tensorflow-io).
         duplicates: list of {"path", "lines"}: files a manifest lists on
             more than one line (the factories deliver every row; the file
@@ -135,6 +144,7 @@ class ScanReport:
     left_out: List[str] = dataclasses.field(default_factory=list)
     stack: str = ""
     duplicates: List[dict] = dataclasses.field(default_factory=list)
+    in_no_class: List[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -171,6 +181,13 @@ class ScanReport:
                 out.append(f"  {p}")
             if len(self.left_out) > 50:
                 out.append(f"  ... and {len(self.left_out) - 50} more")
+        if self.in_no_class:
+            out.append(f"\nleft out: in no class folder ({len(self.in_no_class)}; directly "
+                       "under the root)")
+            for p in self.in_no_class[:50]:
+                out.append(f"  {p}")
+            if len(self.in_no_class) > 50:
+                out.append(f"  ... and {len(self.in_no_class) - 50} more")
         if self.duplicates:
             out.append(f"\nlisted more than once ({len(self.duplicates)}; each row is "
                        "delivered)")
@@ -378,8 +395,9 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
         counts = collections.Counter(idx.labels.tolist())
         per_class = {c: counts.get(i, 0) for i, c in enumerate(idx.class_names)}
     sizes = idx.sizes()
-    byte_hist = collections.Counter(_bucket_label_bytes(max(int(b), 0)) for b in sizes)
-    order_b, order_s = BYTE_LABELS, SIDE_LABELS
+    byte_hist = collections.Counter(_bucket_label_bytes(int(b)) if b >= 0 else NO_SIZE
+                                    for b in sizes)
+    order_b, order_s = BYTE_LABELS + [NO_SIZE], SIDE_LABELS
     fmts = collections.Counter(f or "unknown" for f in row_fmt.values())
     mism = [{"path": p, "extension": os.path.splitext(p)[1], "format": row_fmt[k]}
             for k, p in enumerate(idx.paths)
@@ -391,6 +409,6 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
         max_side_histogram={k: sides[k] for k in order_s if sides[k]},
         extension_mismatches=mism, bad_files=bad,
         total_bytes=int(sizes.clip(0).sum()), per_variant=dict(variants.most_common()),
-        left_out=list(idx.left_out), stack=stack_line(),
+        left_out=list(idx.left_out), in_no_class=list(idx.in_no_class), stack=stack_line(),
         duplicates=[{"path": p, "lines": list(ls)} for p, ls in idx.duplicates.items()])
 

@@ -36,8 +36,11 @@ SHARD_PATTERN = "data-{:05d}-of-{:05d}.tfrecord"
 TARGET_SHARD_BYTES = 128 * 2 ** 20
 
 
-def source_index(source, **index_kw) -> index_lib.Index:
+def source_index(source, skip_missing: bool = False, **index_kw) -> index_lib.Index:
     """The ``Index`` of a directory, a manifest, a list of paths or a pipeline dataset.
+
+    ``skip_missing``: a manifest's missing files become bad files of the index
+    (as ``from_manifest(on_error="skip")``) instead of raising FileNotFoundError.
 
     Raises:
         ValueError: ``source`` is none of these (the value is named).
@@ -52,6 +55,8 @@ def source_index(source, **index_kw) -> index_lib.Index:
         source = os.fspath(source)
         if manifest_lib.is_manifest(source) and (
                 read.is_remote(source) or os.path.isfile(source)):
+            if skip_missing:
+                index_kw.setdefault("missing_ok", True)
             idx, _ = manifest_lib.index_manifest(source, **index_kw)
             return idx
         return index_lib.index_directory(source, **index_kw)
@@ -151,7 +156,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
 
     Each record is a ``tf.train.Example`` with features ``image`` (the file's
     encoded bytes, unchanged), ``label`` (int64 class index, or float list for
-    multi-hot / regression labels), ``path`` (bytes), ``format`` (sniffed from
+    multi-hot / regression labels), ``path`` (bytes: a local file's absolute
+    path, whatever folder this ran in; a URI as given), ``format`` (sniffed from
     the bytes), ``has_exif`` (int64 0/1), ``error`` (reason the file is bad,
     empty when fine) and ``weight`` (float, only with sample weights).
 
@@ -186,7 +192,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             ``pipeline.scan``; about one epoch's decode); with "raise" a bad
             file raises ``BadFilesError`` before anything is written, with
             "skip" bad files are left out and listed in the result and in
-            ``dataset.json`` (``skipped``). ``python -m pipeline convert``
+            ``dataset.json`` (``skipped``); with "skip" a file a manifest
+            lists that is missing is such a bad file too. ``python -m pipeline convert``
             passes ``--on_error`` (default "raise", the factories' default).
         max_pixels: int, the header limit of that check (default
             178,956,970, the factories').
@@ -205,6 +212,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             closest valid name).
         ValueError: a bad argument (named, with the value received), or
             ``output_dir`` already holds shards or a ``dataset.json``.
+        FileNotFoundError: a file a manifest lists is missing, unless
+            ``on_error="skip"`` (the message names the manifest line).
         BadFilesError: with ``on_error="raise"``, a bad file (every bad file
             is listed; nothing is written); with ``"skip"``, no good file.
     """
@@ -220,7 +229,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         checks.check_choice("on_error", on_error, ("raise", "skip"))
     if max_pixels is not None:
         max_pixels = checks.check_int("max_pixels", max_pixels)
-    idx = source_index(source, **index_kw)
+    idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
     output_dir = os.fspath(output_dir)
     read.ensure_filesystem(output_dir)
     try:
@@ -273,7 +282,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                 exif = exif or has_exif
                 feats = {
                     "image": _feature_bytes(contents),
-                    "path": _feature_bytes(path.encode()),
+                    "path": _feature_bytes(stored_path(path).encode()),
                     "format": _feature_bytes((fmt or "").encode()),
                     "has_exif": _feature_ints([int(has_exif)]),
                     "error": _feature_bytes(error.encode()),
@@ -319,6 +328,12 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     with tf.io.gfile.GFile(read.join(output_dir, SIDECAR), "w") as f:
         f.write(json.dumps(meta, indent=1))
     return meta
+
+
+def stored_path(path: str) -> str:
+    """The ``path`` a record stores: a local file's absolute path (the records are
+    read from other folders), a URI unchanged."""
+    return path if read.is_remote(path) else os.path.abspath(path)
 
 
 def list_files(files) -> List[str]:

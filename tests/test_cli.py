@@ -242,7 +242,7 @@ def test_a_candidate_registered_outside_the_package_runs_in_its_subprocess(tmp_p
 def test_scan_histogram_labels_are_ranges(tmp_path):
     from PIL import Image
     from pipeline import report
-    assert report.BYTE_LABELS == ["0 B (empty)", "0 B-1 KB", "1 KB-10 KB", "10 KB-100 KB",
+    assert report.BYTE_LABELS == ["0 B (empty)", "1 B-1 KB", "1 KB-10 KB", "10 KB-100 KB",
                                   "100 KB-1 MB", "1 MB-10 MB", "> 10 MB"]
     assert report.SIDE_LABELS[:3] == ["<= 64px", "64px-128px", "128px-256px"]
     assert report._bucket_label_bytes(150 << 10) == "100 KB-1 MB"
@@ -254,8 +254,10 @@ def test_scan_histogram_labels_are_ranges(tmp_path):
     Image.new("RGB", (40, 30)).save(d / "b.png")
     r = report.scan(str(d), progress=False)
     assert r.max_side_histogram == {"<= 64px": 1, "256px-512px": 1}
-    assert r.file_bytes_histogram == {"0 B-1 KB": 2}
-    assert "\n  0 B-1 KB " in r.table() and "<= 1 KB" not in r.table()
+    assert r.file_bytes_histogram == {"1 B-1 KB": 2}
+    assert "\n  1 B-1 KB " in r.table() and "<= 1 KB" not in r.table()
+    assert report._bucket_label_bytes(0) == "0 B (empty)"
+    assert report._bucket_label_bytes(1) == "1 B-1 KB"
 
 
 # --- the default data folder ---------------------------------------------------
