@@ -53,3 +53,16 @@ def png_claiming(w, h):
     ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) +
             chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b""))
+
+
+def stored_paths(out):
+    """The ``path`` feature of every record in the ``.tfrecord`` shards of folder ``out``,
+    shard by shard in name order, records in file order."""
+    import tensorflow as tf
+    paths = []
+    for f in sorted(os.listdir(out)):
+        if f.endswith(".tfrecord"):
+            for rec in tf.data.TFRecordDataset(os.path.join(out, f)):
+                ex = tf.train.Example.FromString(rec.numpy())
+                paths.append(ex.features.feature["path"].bytes_list.value[0].decode())
+    return paths

@@ -1253,35 +1253,36 @@ def test_bench_refuses_a_flag_of_a_mode_it_is_not_in():
     assert got == [[2, says, False] for _, says in cases]
 
 
-def test_ctrl_c_stops_a_service_dispatcher():
+@pytest.mark.parametrize("sig,said", [("SIGINT", "Ctrl-C"), ("SIGTERM", "SIGTERM")])
+def test_a_signal_stops_a_service_dispatcher(tmp_path, sig, said):
     """Second fresh-eyes test: Ctrl-C did not stop `service dispatcher` (server.join() waits
-    in C++, where Python's SIGINT handler never runs); only SIGTERM did."""
+    in C++, where Python's SIGINT handler never runs); only SIGTERM did. Third: SIGTERM
+    exited 143 without a line; the dispatcher said where it listens twice (a log line and a
+    printed one)."""
     import select
     import signal
-    import socket
-    s = socket.socket()
-    s.bind(("localhost", 0))
-    port = s.getsockname()[1]
-    s.close()
-    # As from a terminal: SIGINT at its default (a test runner's worker may ignore it, and
-    # a child inherits an ignored SIGINT, where Python then installs no handler).
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "service", "dispatcher",
-                             f"--port={port}"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], 120)  # TensorFlow loads first
-        first = proc.stdout.readline() if ready else "(nothing within 120 s)"
-        assert first == f"pipeline: dispatcher listening at grpc://localhost:{port}\n"
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=60)
-        rest = proc.stdout.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert code == 0
-    assert rest == "pipeline: stopped (Ctrl-C)\n"
+    signum = getattr(signal, sig)
+    port = _free_port()
+    with open(tmp_path / "err", "w") as err:
+        # As from a terminal: the signal at its default (a test runner's worker may ignore
+        # SIGINT, and a child inherits an ignored SIGINT, where Python installs no handler).
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline", "service", "dispatcher",
+                                 f"--port={port}"], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=err, text=True,
+                                preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))
+        try:
+            ready, _, _ = select.select([proc.stdout], [], [], 120)  # TensorFlow loads first
+            first = proc.stdout.readline() if ready else "(nothing within 120 s)"
+            assert first == f"pipeline: dispatcher listening at grpc://localhost:{port}\n"
+            proc.send_signal(signum)
+            code = proc.wait(timeout=60)
+            rest = proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert (code, rest) == (0, f"pipeline: stopped ({said})\n")
+    assert f"localhost:{port}" not in (tmp_path / "err").read_text()  # said once, on stdout
 
 
 def _free_port():
@@ -1723,33 +1724,6 @@ def test_seed_range_is_the_librarys_except_where_a_32_bit_consumer_takes_it():
     ]
     got = _usage_errors([a for a, _ in cases])
     assert got == [[2, says, False] for _, says in cases]
-
-
-def test_sigterm_stops_a_service_dispatcher_as_ctrl_c_does(tmp_path):
-    """SIGTERM on a dispatcher exited 143 without a line; the dispatcher said where it
-    listens twice (a log line and a printed one)."""
-    import select
-    import signal
-    port = _free_port()
-    with open(tmp_path / "err", "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "pipeline", "service", "dispatcher",
-                                 f"--port={port}"], cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=err, text=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGTERM,
-                                                                 signal.SIG_DFL))
-        try:
-            ready, _, _ = select.select([proc.stdout], [], [], 120)  # TensorFlow loads first
-            first = proc.stdout.readline() if ready else "(nothing within 120 s)"
-            assert first == f"pipeline: dispatcher listening at grpc://localhost:{port}\n"
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=60)
-            rest = proc.stdout.read()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert (code, rest) == (0, "pipeline: stopped (SIGTERM)\n")
-    assert f"localhost:{port}" not in (tmp_path / "err").read_text()  # said once, on stdout
 
 
 def test_service_help_shows_the_ports_real_defaults():

@@ -14,6 +14,7 @@ import tensorflow as tf
 from PIL import Image
 
 import pipeline
+from io_helpers import stored_paths
 from conftest import run_cli, solid
 from pipeline import bmp, guard, report
 
@@ -27,16 +28,6 @@ def _manifest(tmp_path):
     return str(csv), good, missing
 
 
-def _stored_paths(out):
-    paths = []
-    for f in sorted(os.listdir(out)):
-        if f.endswith(".tfrecord"):
-            for rec in tf.data.TFRecordDataset(os.path.join(out, f)):
-                ex = tf.train.Example.FromString(rec.numpy())
-                paths.append(ex.features.feature["path"].bytes_list.value[0].decode())
-    return sorted(paths)
-
-
 def test_skip_leaves_out_a_missing_manifest_file_and_lists_it(tmp_path):
     csv, good, missing = _manifest(tmp_path)
     why = "file not found (listed on line 3 of b.csv)"
@@ -44,7 +35,7 @@ def test_skip_leaves_out_a_missing_manifest_file_and_lists_it(tmp_path):
                                     on_error="skip", progress=False)
     assert meta["num_examples"] == 2
     assert meta["skipped"] == [{"path": missing, "reason": why}]
-    assert _stored_paths(str(tmp_path / "lib")) == good
+    assert sorted(stored_paths(str(tmp_path / "lib"))) == good
 
     out = str(tmp_path / "cli")
     code, stdout, err = run_cli("convert", csv, out, "--path_column=file", "--on_error=skip",
@@ -78,7 +69,7 @@ def test_records_store_absolute_paths_whatever_the_working_folder(tmp_path, monk
     monkeypatch.chdir(tmp_path / "src" / "cat")
     pipeline.write_tfrecords("..", "../../out", shuffle=False, progress=False)
     monkeypatch.chdir(tmp_path)
-    assert _stored_paths(str(tmp_path / "out")) == good
+    assert sorted(stored_paths(str(tmp_path / "out"))) == good
     ds = pipeline.from_tfrecords(str(tmp_path / "out"), shuffle=False, include_paths=True,
                                  batch_size=None, image_size=(4, 4))
     assert sorted(p.decode() for *_, p in ds.as_numpy_iterator()) == good

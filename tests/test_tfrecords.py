@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import pipeline
+from io_helpers import stored_paths
 from pipeline import shards
 from io_helpers import collect, make_class_folders, values, write_image
 
@@ -229,16 +230,6 @@ def _with_bad_files(folder):
     return good, bad
 
 
-def _written(out):
-    paths = []
-    for f in sorted(os.listdir(out)):
-        if f.endswith(".tfrecord"):
-            for rec in tf.data.TFRecordDataset(os.path.join(out, f)):
-                ex = tf.train.Example.FromString(rec.numpy())
-                paths.append(ex.features.feature["path"].bytes_list.value[0].decode())
-    return paths
-
-
 def test_write_tfrecords_on_error(folder, tmp_path):
     good, bad = _with_bad_files(folder)
     out = str(tmp_path / "raise")
@@ -250,7 +241,7 @@ def test_write_tfrecords_on_error(folder, tmp_path):
                                    "(truncated JPEG (no end-of-image marker)); 3 bad files of 12")
     out = str(tmp_path / "skip")
     meta = pipeline.write_tfrecords(folder, out, num_shards=2, progress=False, on_error="skip")
-    written = _written(out)
+    written = stored_paths(out)
     assert sorted(written) == good and len(written) == len(set(written)) == 9
     assert meta["num_examples"] == 9 and meta["class_names"] == ["cat", "dog", "eel"]
     assert meta["skipped"] == [{"path": p, "reason": r} for p, r in sorted(bad.items())]
@@ -299,7 +290,7 @@ def test_convert_cli_on_error(folder, tmp_path):
     printed = json.loads(lines[-1])
     assert printed["num_examples"] == 9 and len(printed["skipped"]) == 3
     assert [r["path"] for r in printed["skipped"]] == sorted(bad)
-    written = _written(str(out))
+    written = stored_paths(str(out))
     assert sorted(written) == good and len(set(written)) == 9
     # --max_pixels applies to the check: 6x5 PNGs over 29 pixels are all bad
     code, _, err = run_cli("convert", folder, str(tmp_path / "tiny"), "--noprogress",
