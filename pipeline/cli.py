@@ -154,23 +154,26 @@ _define(flags.DEFINE_integer, "num_workers", None, "Writer threads.", ["convert"
 _define(flags.DEFINE_bool, "shuffle", True, "Write the rows in a seeded random order "
         "(--seed), so that shards do not keep classes together; --noshuffle keeps the "
         "index order.", ["convert"])
-_define(flags.DEFINE_string, "path_column", None, {
-    "convert": "Manifest column of the image paths (SRC a manifest; default: path).",
-    "scan": "Manifest column of the image paths (SOURCE a manifest; default: path).",
-}, ["convert", "scan"])
+
+
+def _manifest_help(text: str) -> Dict[str, str]:
+    """One help text for ``convert`` and ``scan``, naming each one's manifest argument."""
+    return {"convert": text.format(arg="SRC"), "scan": text.format(arg="SOURCE")}
+
+
+_define(flags.DEFINE_string, "path_column", None, _manifest_help(
+    "Manifest column of the image paths ({arg} a manifest; default: path)."), ["convert", "scan"])
 _define(flags.DEFINE_list, "label_columns", None, {
     "convert": "Manifest label column(s) (SRC a manifest; default: label, if there is one).",
     "scan": "Manifest label column(s), counted per class (SOURCE a manifest; default: "
             "label, if there is one).",
 }, ["convert", "scan"])
-_define(flags.DEFINE_string, "root", None, {
-    "convert": "Manifest root for relative paths (SRC a manifest; default: its folder).",
-    "scan": "Manifest root for relative paths (SOURCE a manifest; default: its folder).",
-}, ["convert", "scan"])
-_define(flags.DEFINE_bool, "allow_outside_root", False, {
-    "convert": "A manifest SRC may name files outside its folder (absolute paths, ..).",
-    "scan": "A manifest SOURCE may name files outside its folder (absolute paths, ..).",
-}, ["convert", "scan"])
+_define(flags.DEFINE_string, "root", None, _manifest_help(
+    "Manifest root for relative paths ({arg} a manifest; default: its folder)."),
+    ["convert", "scan"])
+_define(flags.DEFINE_bool, "allow_outside_root", False, _manifest_help(
+    "A manifest {arg} may name files outside its folder (absolute paths, ..)."),
+    ["convert", "scan"])
 # service
 _define(flags.DEFINE_integer, "port", None, "TCP port to listen on (0: any free port).",
         ["service"])
