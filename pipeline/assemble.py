@@ -379,6 +379,7 @@ def _file_plan(idx: index_lib.Index, opts, label_spec):
     return rows.map(graph_fn(element)), expected
 
 
+@stack.single_device_functions()
 def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] = None,
           subset_name: str = "") -> tf.data.Dataset:
     """Builds the dataset for one Index (one subset) or one set of TFRecord shards.
@@ -475,7 +476,10 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             image.set_shape(list(opts.image_size) + [opts.channels])
         else:
             image.set_shape([None, None, opts.channels])
-        y = encode_label(label, opts.label_mode, num_classes) if has_labels else label
+        # int labels stay int64 until ``structure``: a function returning an int32 it
+        # computed is left to TensorFlow's slower runtime (stack.single_device_functions)
+        y = encode_label(label, opts.label_mode, num_classes) if (
+            has_labels and opts.label_mode != "int") else label
         return image, y, weight, key, pos, window, reason
 
     batch_size = opts.replica_batch_size
@@ -510,12 +514,16 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         and has_labels
 
     def structure(image, y, weight, key):
+        if has_labels and opts.label_mode == "int":
+            y = encode_label(y, "int", num_classes)
         out = (image,) + ((y,) if has_labels else ()) + ((weight,) if has_weights else ())
         if opts.include_paths:
             out += (src.name(key),)
         return out[0] if len(out) == 1 else out
 
-    ds = ds.map(graph_fn(structure))
+    # (its int32 label would be traced twice: marked, then unmarked)
+    with stack.single_device_functions(not (has_labels and opts.label_mode == "int")):
+        ds = ds.map(graph_fn(structure))
     if opts.cache is not None:
         ds = plan_lib.after_cache(ds, n, opts)
         if opts.augment is not None:  # random ops after the cache, fresh each epoch
@@ -569,7 +577,8 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
 
     if opts.service:
         from pipeline import distribute  # pylint: disable=import-outside-toplevel
-        ds = ds.apply(distribute.service_transformation(opts))
+        with stack.single_device_functions(False):  # the service's own functions as TF makes them
+            ds = ds.apply(distribute.service_transformation(opts))
     if opts.prefetch_to_device and device_present(opts.prefetch_to_device):
         # must be the last stage; one device, no strategy
         ds = ds.apply(tf.data.experimental.prefetch_to_device(

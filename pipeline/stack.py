@@ -15,10 +15,12 @@ op then raises ``NotImplementedError: unable to open file: libtensorflow_io.so``
     >>> print(stack.format_doctor())
 """
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
 import importlib.metadata
+import inspect
 import mmap
 import os
 import platform
@@ -36,7 +38,94 @@ from pipeline import native_stderr
 
 __all__ = ["TfioStatus", "tfio_status", "core_webp", "doctor", "format_doctor",
            "needs_tfio_message", "cpu_count", "TFIO_STACK_HINT", "CppLogStatus",
-           "quiet_cpp_logs", "cpp_log_status"]
+           "quiet_cpp_logs", "cpp_log_status", "single_device_functions",
+           "SINGLE_DEVICE_ATTR", "SINGLE_DEVICE_FUNCTIONS"]
+
+# The function attribute that makes tf.data instantiate a function on its one device.
+SINGLE_DEVICE_ATTR = "experimental_ints_on_device"
+# Set to False (before building a dataset) to leave every function to TensorFlow's default
+# runtime: the escape hatch should a TensorFlow release mishandle the attribute.
+SINGLE_DEVICE_FUNCTIONS = True
+_SINGLE_DEVICE = threading.local()
+_SINGLE_DEVICE_LOCK = threading.Lock()
+_SINGLE_DEVICE_PATCH = {"usable": None}
+
+
+def _install_single_device_hook() -> bool:
+    """Wraps tf.data's function wrapper once (see ``single_device_functions``); False when
+    this TensorFlow has no such wrapper (then nothing changes)."""
+    with _SINGLE_DEVICE_LOCK:
+        if _SINGLE_DEVICE_PATCH["usable"] is not None:
+            return _SINGLE_DEVICE_PATCH["usable"]
+        try:
+            # pylint: disable-next=import-outside-toplevel
+            from tensorflow.python.data.ops import structured_function
+            wrapper = structured_function.StructuredFunctionWrapper
+            original = wrapper.__init__
+            params = inspect.signature(original).parameters
+            usable = "defun_kwargs" in params and "use_legacy_function" in params
+        except (ImportError, AttributeError, TypeError, ValueError) as err:
+            logging.debug("pipeline: tf.data functions keep the multi-device runtime (%s)", err)
+            usable = False
+        if usable:
+            @functools.wraps(original)
+            def init(self, *args, **kwargs):
+                if not (SINGLE_DEVICE_FUNCTIONS and getattr(_SINGLE_DEVICE, "stack", None)
+                        and _SINGLE_DEVICE.stack[-1] and len(args) <= 8
+                        and not kwargs.get("use_legacy_function")):
+                    return original(self, *args, **kwargs)
+                given = kwargs.get("defun_kwargs")
+                original(self, *args, **dict(kwargs, defun_kwargs=dict(
+                    given or {}, **{SINGLE_DEVICE_ATTR: True})))
+                # TensorFlow 2.16-2.21 cannot run a marked function that returns an int32
+                # computed in it beside another output ("Expected only one fetch node but
+                # there were 2" at iter()): such a function is traced again, unmarked.
+                if any(t.dtype == tf.int32 for t in self.function.outputs):
+                    original(self, *args, **kwargs)
+                return None
+
+            wrapper.__init__ = init
+        _SINGLE_DEVICE_PATCH["usable"] = usable
+        return usable
+
+
+@contextlib.contextmanager
+def single_device_functions(enabled: bool = True):
+    """Within it, the functions that ``tf.data`` transformations trace in this thread are
+    instantiated on the one device they run on, not by the multi-device function runtime.
+
+    ``tf.data`` instantiates every function of a dataset (its ``map``, ``scan``, ``filter``
+    ...) each time an iterator is made (every epoch under Keras ``fit``). By default it
+    goes through the multi-device function runtime, which runs Grappler over the function
+    and its branches (placement, partitioning, rewrites): about 0.1 ms per graph node.
+    A function marked with the ``experimental_ints_on_device`` attribute (the one
+    TensorFlow's own ``prefetch_to_device`` and ``MultiDeviceIterator`` use) is
+    instantiated on its device directly (``CapturedFunction::Instantiate``). The
+    pipeline's functions run on the CPU, where integers live on the host anyway, so the
+    attribute changes nothing else. Measured on ``from_directory`` (10,000 files, 2
+    cores): ``iter(ds)`` 0.30 s -> 0.07 s, steady-state images per CPU-second unchanged.
+
+    Only functions traced in this thread while the block runs are marked: a user's own
+    ``Dataset.map`` elsewhere is untouched. TensorFlow has no public switch for this, so
+    the hook wraps ``StructuredFunctionWrapper`` (once, lazily); where a TensorFlow
+    release lacks it, nothing is marked and everything works as before; setting
+    ``pipeline.stack.SINGLE_DEVICE_FUNCTIONS = False`` before building a dataset turns the
+    marking off.
+
+    Args:
+        enabled: bool; ``False`` suspends the marking inside an enclosing block (for
+            transformations that must keep TensorFlow's default, such as the tf.data
+            service's).
+    """
+    _install_single_device_hook()
+    if not hasattr(_SINGLE_DEVICE, "stack"):
+        _SINGLE_DEVICE.stack = []
+    _SINGLE_DEVICE.stack.append(bool(enabled))
+    try:
+        yield
+    finally:
+        _SINGLE_DEVICE.stack.pop()
+
 
 # A 1x1 lossless WebP (one red pixel), written by Pillow: the op probe's input.
 _WEBP_1X1 = (b"RIFF\x1c\x00\x00\x00WEBPVP8L\x0f\x00\x00\x00/\x00\x00\x00\x00\x07\x10"
