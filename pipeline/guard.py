@@ -323,6 +323,7 @@ def chunked(plan, sentinel, seeds, empty_key):
         keys = chunk[0]
         b = tf.shape(keys, out_type=tf.int64)[0]
         padded = tf.concat([keys, tf.fill([K - b], empty_key)], 0)
+        padded.set_shape([K])  # the initial state's shape: Dataset.scan traces this once
         window = tf.concat([prev, padded], 0)  # positions (index-1)*K ... (index+1)*K-1
         pos = index * K + tf.range(b)
         return (index + 1, padded), (pos, tf.tile(window[None], [b, 1])) + tuple(chunk) + (
