@@ -141,3 +141,31 @@ def test_a_function_returning_a_computed_int32_is_left_unmarked():
         (1, False), (2, False), (3, True)]
     assert [(int(a), int(b)) for a, b in state.as_numpy_iterator()] == [(0, 0), (1, 1), (2, 2)]
     assert [(int(a), int(b)) for a, b in wide.as_numpy_iterator()] == [(0, 0), (1, 2), (2, 4)]
+
+
+@pytest.mark.parametrize("label_mode", ["int", "categorical", "binary", None])
+@pytest.mark.parametrize("source", ["directory", "tfrecords"])
+def test_autotune_with_every_label_mode_iterates(tmp_path, label_mode, source):
+    """With autotuning on, tf.data's inject_prefetch rewrite breaks a marked function that
+    returns a computed int32 beside another output: every label mode, from files and from
+    TFRecord shards, with autotune and AUTOTUNE parallelism, still iterates, exactly once."""
+    root = write_class_folders(tmp_path / "photos", classes=("a", "b"), per_class=3)
+    kwargs = dict(image_size=(16, 16), batch_size=4, label_mode=label_mode, autotune=True,
+                  num_parallel_calls=tf.data.AUTOTUNE, include_paths=True, seed=1)
+    if source == "directory":
+        ds = pipeline.from_directory(str(root), **kwargs)
+    else:
+        pipeline.write_tfrecords(str(root), str(tmp_path / "shards"), num_shards=2,
+                                 progress=False)
+        ds = pipeline.from_tfrecords(str(tmp_path / "shards"), **kwargs)
+    paths = []
+    for el in ds:
+        x = el[0]
+        assert x.dtype == tf.uint8 and x.shape[1:] == (16, 16, 3)
+        if label_mode is not None:
+            y = el[1]
+            want = {"int": tf.int32, "categorical": tf.float32, "binary": tf.float32}
+            assert y.dtype == want[label_mode]
+        paths += [p.decode() for p in el[-1].numpy()]
+    assert sorted(p.rsplit("/", 2)[-2] + "/" + p.rsplit("/", 1)[-1] for p in paths) == sorted(
+        f"{c}/img{j}.jpg" for c in ("a", "b") for j in range(3))
