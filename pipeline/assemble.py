@@ -421,9 +421,10 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     if has_labels and opts.label_mode == "binary" and num_classes != 2:
         shown = list(class_names or [])
         shown = shown if len(shown) <= 10 else shown[:10] + [f"... {len(shown) - 10} more"]
+        what = f"class_names={shown!r}" if shown else f"num_classes={num_classes}"
         raise ValueError(
             "`label_mode='binary'` needs exactly 2 classes; found "
-            f"{num_classes}. Received: label_mode='binary', class_names={shown!r}")
+            f"{num_classes}. Received: label_mode='binary', {what}")
     if idx is not None and idx.errors and opts.on_error == "raise":
         # (With "skip", each is logged once, when it is skipped: guard.ErrorLog.)
         bad = idx.bad

@@ -274,6 +274,9 @@ def _check_normalize(norm):
     if not ok:
         raise ValueError("`normalize` must be None ([0, 1]), 'symmetric' ([-1, 1]) or "
                          f"(mean, std) in [0, 1] units. {checks.received('normalize', norm)}")
+    if not all(float(v) > 0 for v in tf.nest.flatten([std])):
+        raise ValueError("`normalize`'s std must be > 0 (images are divided by it). "
+                         f"{checks.received('normalize', norm)}")
     return norm
 
 
@@ -381,6 +384,13 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
     if o["normalize"] is not None and o["dtype"] == tf.uint8:
         raise ValueError("`normalize` needs a float `dtype` (uint8 images are 0-255). "
                          f"{r('normalize', o['normalize'])}, dtype=tf.uint8")
+    if o["normalize"] not in (None, "symmetric"):
+        sizes = {int(np.size(v)) for v in o["normalize"]}
+        if not sizes <= {1, o["channels"]}:
+            raise ValueError(
+                f"`normalize` needs one value, or one per channel ({o['channels']}), for its "
+                f"mean and its std. {r('normalize', o['normalize'])}, "
+                f"channels={o['channels']}")
     seed = o["seed"]
     if seed is not None and (isinstance(seed, (bool, np.bool_))
                              or not isinstance(seed, numbers.Integral)

@@ -104,13 +104,17 @@ def distribute_dataset(strategy: tf.distribute.Strategy, factory: Callable, *arg
         ``model.fit``. Elements are per-replica values.
 
     Raises:
-        ValueError: ``factory_kwargs`` already holds ``input_context``, or
-            ``factory`` does not accept it; the factory's own ValueErrors.
+        ValueError: ``strategy`` is not a ``tf.distribute.Strategy``;
+            ``factory_kwargs`` already holds ``input_context``, or ``factory``
+            does not accept it; the factory's own ValueErrors.
     """
     if "input_context" in factory_kwargs:
         raise ValueError(
             "`input_context` is passed by distribute_dataset itself. "
             f"Received: input_context={factory_kwargs['input_context']!r}")
+    if not callable(getattr(strategy, "distribute_datasets_from_function", None)):
+        raise ValueError("`strategy` must be a tf.distribute.Strategy (e.g. "
+                         f"tf.distribute.MirroredStrategy()). Received: strategy={strategy!r}")
     if not callable(factory):
         raise ValueError(f"`factory` must be callable. Received: factory={factory!r}")
     try:

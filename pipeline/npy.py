@@ -147,7 +147,8 @@ def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[in
             ``min(num_shards, 4)``.
         drop_remainder: bool, drop the last short batch.
         prefetch: int >= 0, batches prefetched.
-        num_parallel_calls: int, parallel readers/decoders (default 2x cores).
+        num_parallel_calls: int >= 1 or ``tf.data.AUTOTUNE``, parallel readers/decoders
+            (default 2x cores).
         deterministic: None / bool, as in the image factories.
 
     Returns:
@@ -168,6 +169,12 @@ def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[in
     shuffle_buffer_size = checks.check_int("shuffle_buffer_size", shuffle_buffer_size)
     cycle_length = checks.check_int("cycle_length", cycle_length, allow_none=True)
     prefetch = checks.check_int("prefetch", prefetch, minimum=0)
+    shuffle = checks.check_bool("shuffle", shuffle)
+    drop_remainder = checks.check_bool("drop_remainder", drop_remainder)
+    if deterministic is not None:
+        deterministic = checks.check_bool("deterministic", deterministic)
+    if num_parallel_calls is not None and num_parallel_calls != tf.data.AUTOTUNE:
+        num_parallel_calls = checks.check_int("num_parallel_calls", num_parallel_calls)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
                              or not 0 <= seed < 2 ** 63):
         raise ValueError(f"`seed` must be an int in [0, 2**63) or None. Received: seed={seed!r}")
