@@ -10,6 +10,7 @@ quotient of the figures it names), not for speed: tiny data on a shared
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -349,9 +350,11 @@ def test_decode_cost(photos, tmp_path):
     assert set(c) == {"identity", "decode_jpeg", "decoder", "decoder_no_exif",
                       "decode_jpeg+resize", "decoder+resize"}
     assert out["images"] > 0 and all(v["min"] > 0 and v["runs"] == [v["min"]] for v in c.values())
-    # decoding costs more than the map machinery alone, whatever the machine's load
-    assert c["decode_jpeg"]["min"] > c["identity"]["min"]
-    assert "x decode_jpeg" in stdout
+    assert out["single_device"] is True  # the pipeline's function runtime, by default
+    # one line per candidate, each as a ratio of the bare decode (no timing is asserted:
+    # on a loaded machine a one-epoch smoke run of tiny images orders them at random)
+    for name in c:
+        assert re.search(rf"^  {re.escape(name)}\s.*\dx decode_jpeg$", stdout, re.M), name
 
 
 def test_data_dir_help_says_each_thing_once():
