@@ -102,8 +102,12 @@ def single_device_functions(enabled: bool = True):
     TensorFlow's own ``prefetch_to_device`` and ``MultiDeviceIterator`` use) is
     instantiated on its device directly (``CapturedFunction::Instantiate``). The
     pipeline's functions run on the CPU, where integers live on the host anyway, so the
-    attribute changes nothing else. Measured on ``from_directory`` (10,000 files, 2
-    cores): ``iter(ds)`` 0.30 s -> 0.07 s, steady-state images per CPU-second unchanged.
+    attribute changes nothing else. One exception: TensorFlow 2.16-2.21 cannot run a
+    marked function that returns an int32 computed in it beside another output (with
+    autotuning's ``inject_prefetch`` rewrite, ``iter()`` fails "Expected only one fetch
+    node"), so such a function is traced a second time, unmarked. Measured on
+    ``from_directory`` (10,000 files, 2 cores): ``iter(ds)`` 0.30 s -> 0.08 s,
+    steady-state images per CPU-second unchanged.
 
     Only functions traced in this thread while the block runs are marked: a user's own
     ``Dataset.map`` elsewhere is untouched. TensorFlow has no public switch for this, so
@@ -116,6 +120,9 @@ def single_device_functions(enabled: bool = True):
         enabled: bool; ``False`` suspends the marking inside an enclosing block (for
             transformations that must keep TensorFlow's default, such as the tf.data
             service's).
+
+    Yields:
+        None. Raises nothing of its own; usable as a decorator.
     """
     _install_single_device_hook()
     if not hasattr(_SINGLE_DEVICE, "stack"):
