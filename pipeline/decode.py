@@ -173,15 +173,16 @@ def _u32(b, i, little):
 EXIF_SEGMENTS = 8   # APPn segments walked looking for the EXIF block
 EXIF_ENTRIES = 32   # IFD0 entries searched for the orientation tag
 HEADER_WORDS = 8    # 32-bit words of the file's start read by ``header_words``
+_ENTRY_INDEX = np.arange(EXIF_ENTRIES, dtype=np.int32)
 
 
 def header_words(contents):
     """The first 32 bytes of ``contents`` as 8 big-endian unsigned 32-bit words
     (int64 ``[8]``), zero-padded past the end: one read for every check the hot
-    path makes on a file's start (five ops, whatever the file's size)."""
+    path makes on a file's start (four ops, whatever the file's size)."""
     n = 4 * HEADER_WORDS
-    s = tf.strings.substr(tf.strings.join([tf.strings.substr(contents, 0, n), b"\x00" * n]), 0, n)
-    w = tf.cast(tf.io.decode_raw(s, tf.int32, little_endian=False), tf.int64)
+    w = tf.cast(tf.io.decode_raw(tf.strings.substr(contents, 0, n), tf.int32,
+                                 little_endian=False, fixed_length=n), tf.int64)
     return tf.bitwise.bitwise_and(w, 0xFFFFFFFF)
 
 
@@ -191,10 +192,12 @@ def is_jpeg(words):
     return tf.equal(tf.bitwise.right_shift(words[0], 8), 0xFFD8FF)
 
 
-def _is_app(marker):
-    """An APPn (FF E0 - FF EF) or COM (FF FE) marker, from a 16-bit marker value: the
-    segments that may come before an EXIF block (Pillow reads EXIF past both)."""
-    return tf.equal(tf.bitwise.bitwise_and(marker, 0xFFF0), 0xFFE0) | tf.equal(marker, 0xFFFE)
+# APPn (FF E0 - FF EF) and COM (FF FE): the segments that may come before an EXIF
+# block (Pillow reads EXIF past both), as a lookup table over 16-bit marker values
+# (uint8: a bool constant of this size takes TensorFlow ~35 ms to build, uint8 0.1 ms)
+_APP_MARKER = np.zeros([1 << 16], np.uint8)
+_APP_MARKER[0xFFE0:0xFFF0] = 1
+_APP_MARKER[0xFFFE] = 1
 
 
 def _route_patterns():
@@ -262,10 +265,14 @@ def exif_orientation(contents, words=None):
     (``header_words``, the first 32 bytes) by ``exif_route``, which settles the
     common layouts (no segment; EXIF first; JFIF APP0 alone; JFIF APP0 then
     EXIF) without a branch; other layouts (an ICC or Photoshop segment after
-    APP0, say) walk on, one 4-byte marker + length read per segment. Both the
-    walk and the IFD0 read sit in one function call (``bmp.unlowered_case``)
-    that files with no EXIF block never make: in a tf.data map, even a while
-    loop that is not entered costs some 30 µs per element.
+    APP0, say) walk on, one read per segment. Both the walk and the IFD0 read
+    sit in one function call (``bmp.unlowered_case``) that files with no EXIF
+    block never make: in a tf.data map, even a while loop that is not entered
+    costs some 30 µs per element.
+
+    Built with few ops (multi-byte fields by ``decode_raw``, scalars by
+    ``unstack``): every op costs some 0.2-0.5 ms of Python to build, paid by
+    every process before its first batch (issue #13).
     """
     words = header_words(contents) if words is None else words
     route = exif_route(words)
@@ -273,36 +280,36 @@ def exif_orientation(contents, words=None):
 
     def walk():
         size = tf.cast(tf.strings.length(contents), tf.int64)
+        w0, w1, _, _, _, w5, _, _ = tf.unstack(words, num=HEADER_WORDS)
         # the third segment's position when the first is a 16-byte APP0, else the second's
-        start = tf.where(tf.equal(band(words[0], 0xFFFF), 0xFFE0) & tf.equal(shr(words[1], 16), 16),
-                         22 + band(words[5], 0xFFFF), 4 + shr(words[1], 16))
+        start = tf.where(tf.equal(band(w0, 0xFFFF), 0xFFE0) & tf.equal(shr(w1, 16), 16),
+                         22 + band(w5, 0xFFFF), 4 + shr(w1, 16))
 
         def step(k, pos, found):
-            # One marker + length word per step (the loop condition keeps it in the file).
-            v = tf.cast(tf.io.decode_raw(tf.strings.substr(contents, pos, 4), tf.int32,
-                                         little_endian=False)[0], tf.int64)
-            marker = band(shr(v, 16), 0xFFFF)
-            app = _is_app(marker)
-            exif = tf.equal(marker, 0xFFE1) & tf.equal(
-                tf.strings.substr(contents, pos + 4, 6), b"Exif\x00\x00")
-            found = tf.where(exif, pos, found)
-            nxt = tf.where(app & ~exif, pos + 2 + band(v, 0xFFFF), -1)
-            return k + 1, nxt, found
+            # One marker + length read per step (the loop condition keeps it in the
+            # file); ``pos`` becomes -1 when the walk ends (EXIF found, or a
+            # segment that may not precede it).
+            s = tf.strings.substr(contents, pos, 10)
+            marker, length = tf.unstack(tf.cast(tf.io.decode_raw(
+                s, tf.uint16, little_endian=False, fixed_length=4), tf.int64), num=2)
+            exif = tf.equal(marker, 0xFFE1) & tf.equal(tf.strings.substr(s, 4, 6),
+                                                       b"Exif\x00\x00")
+            app = tf.cast(tf.gather(_APP_MARKER, marker), tf.bool)
+            nxt = tf.where(app & ~exif, pos + 2 + length, -1)
+            return k + 1, nxt, tf.where(exif, pos, found)
 
         return tf.while_loop(
-            lambda k, pos, found: (k < EXIF_SEGMENTS) & (pos >= 0) & (pos + 4 <= size)
-            & (found < 0), step, (tf.constant(2), start, tf.constant(-1, tf.int64)))[2]
-
-    def tag(found):
-        present, o = ifd0_short(contents, found + 10, 0x0112)
-        return tf.cast(tf.where((found >= 0) & present & (o >= 1) & (o <= 8), o, 1), tf.int32)
+            lambda k, pos, found: (k < EXIF_SEGMENTS) & (pos >= 0) & (pos + 4 <= size),
+            step, (tf.constant(0), start, tf.constant(-1, tf.int64)))[2]
 
     def read():
         def find():
             at = tf.where(tf.equal(route, ROUTE_AT_2), tf.constant(2, tf.int64),
                           tf.constant(20, tf.int64))
             found = tf.cond(tf.equal(route, ROUTE_WALK), walk, lambda: at)
-            return tf.cond(found >= 0, lambda: tag(found), lambda: tf.constant(1, tf.int32))
+            # read whether found or not (fewer ops than a branch); -1 reads past SOI
+            present, o = ifd0_short(contents, found + 10, 0x0112)
+            return tf.where((found >= 0) & present & (o >= 1) & (o <= 8), o, 1)
         return bmp_lib.unlowered_case(tf.constant(0), [find])
 
     return tf.cond(tf.equal(route, ROUTE_NONE), lambda: tf.constant(1, tf.int32), read)
@@ -342,17 +349,28 @@ def jpeg_sof_offset(contents, max_segments: int = _F.JPEG_MAX_SEGMENTS):
 
 def ifd0_short(contents, tiff, tag: int):
     """(present, value) of a SHORT-valued ``tag`` among the first ``EXIF_ENTRIES``
-    entries of IFD0 of the TIFF structure at byte ``tiff`` (TIFF 6.0, section 2:
-    byte order "II"/"MM", IFD offset, 12-byte entries). int64 scalars."""
-    hdr = bytes_at(contents, tiff, 8)
-    little = tf.equal(hdr[0], 0x49)
-    ifd = tiff + _u32(hdr, 4, little)
-    e = bytes_at(contents, ifd, 2 + 12 * EXIF_ENTRIES)
-    count = _u16(e, 0, little)
-    entries = tf.reshape(e[2:], [EXIF_ENTRIES, 12])
-    hit = tf.equal(_u16(entries, 0, little), tag) & (
-        tf.range(EXIF_ENTRIES, dtype=tf.int64) < count)
-    return tf.reduce_any(hit), tf.reduce_max(tf.where(hit, _u16(entries, 8, little), 0))
+    entries of IFD0 of the TIFF structure at byte ``tiff`` (int64 scalar, >= 0;
+    TIFF 6.0, section 2: byte order "II"/"MM", IFD offset, 12-byte entries):
+    a bool scalar and an int32 scalar (0 when absent). Reads past the end of
+    ``contents`` give zeros (no entry). Two reads, each decoded in both byte
+    orders (``decode_raw``) and chosen: about 30 ops, no branch."""
+    size = tf.cast(tf.strings.length(contents), tf.int64)
+    hdr = tf.strings.substr(contents, tf.minimum(tiff, size), 8)
+    little = tf.equal(tf.strings.substr(hdr, 0, 1), b"I")
+    _, offset = tf.unstack(tf.where(
+        little, tf.io.decode_raw(hdr, tf.int32, little_endian=True, fixed_length=8),
+        tf.io.decode_raw(hdr, tf.int32, little_endian=False, fixed_length=8)), num=2)
+    ifd = tiff + tf.bitwise.bitwise_and(tf.cast(offset, tf.int64), 0xFFFFFFFF)
+    n = 2 + 12 * EXIF_ENTRIES
+    e = tf.strings.substr(contents, tf.minimum(ifd, size), n)
+    u = tf.cast(tf.where(little, tf.io.decode_raw(e, tf.uint16, little_endian=True, fixed_length=n),
+                         tf.io.decode_raw(e, tf.uint16, little_endian=False, fixed_length=n)),
+                tf.int32)
+    count, entries = tf.split(u, [1, 6 * EXIF_ENTRIES])
+    # an entry's 16-bit fields: tag, type, count (2), value (2; a SHORT is the first)
+    tags, _, _, _, values, _ = tf.unstack(tf.reshape(entries, [EXIF_ENTRIES, 6]), num=6, axis=1)
+    hit = tf.equal(tags, tag) & tf.less(_ENTRY_INDEX, count)
+    return tf.reduce_any(hit), tf.reduce_max(tf.where(hit, values, 0))
 
 
 def header_size(contents, fmt, head=None, tfio_tiff: bool = False):
@@ -457,15 +475,18 @@ def apply_orientation(image, orientation):
     2 mirror, 3 rotate 180, 4 flip vertically, 5 transpose, 6 rotate 90 CW,
     7 transverse, 8 rotate 90 CCW (EXIF 2.32, tag 0x0112): a transpose for
     5-8, then a left-right flip for 2, 3, 6, 7 and an up-down flip for 3, 4, 7,
-    8, with dynamic ``perm`` and ``axis`` (no branches to trace).
+    8: ``perm`` and the flipped axes looked up by tag (no branch to trace).
     """
     o = tf.cast(orientation, tf.int32)
-    o = tf.where((o >= 1) & (o <= 8), o, 1)
-    perm = tf.where(o >= 5, tf.constant([1, 0, 2]), tf.constant([0, 1, 2]))
-    lr = tf.reduce_any(tf.equal(o, [2, 3, 6, 7]))
-    ud = tf.reduce_any(tf.equal(o, [3, 4, 7, 8]))
-    axes = tf.boolean_mask(tf.constant([0, 1]), tf.stack([ud, lr]))
-    return tf.reverse(tf.transpose(image, perm), axes)
+    o = tf.where((o >= 1) & (o <= 8), o, 0)
+    # ``Reverse`` (bool per axis) takes the looked-up axes as they are
+    return tf.raw_ops.Reverse(tensor=tf.transpose(image, tf.gather(_ORIENT_PERM, o)),
+                              dims=tf.gather(_ORIENT_FLIP, o))
+
+
+# per tag 0-8 (0: invalid, as 1): the transpose, and the axes flipped after it
+_ORIENT_PERM = np.array([[0, 1, 2]] * 5 + [[1, 0, 2]] * 4, np.int32)
+_ORIENT_FLIP = np.array([[o in (3, 4, 7, 8), o in (2, 3, 6, 7), False] for o in range(9)])
 
 
 def diagnose(contents, fmt):
@@ -837,8 +858,7 @@ class Decoder:
         more than the same decode inline, so only refused and rotated files
         (0.3% of the sample) decode there; the 31% whose EXIF segments must be
         walked make a small call that returns the orientation."""
-        shape = tf.cast(tf.image.extract_jpeg_shape(contents), tf.int64)
-        h, w = shape[0], shape[1]
+        h, w, _ = tf.unstack(tf.cast(tf.image.extract_jpeg_shape(contents), tf.int64), num=3)
         too_big = h * w > self.max_pixels
         special = too_big
         o = tf.constant(1, tf.int32)
