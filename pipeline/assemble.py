@@ -470,7 +470,10 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             return stages(data, seed)
 
         def placeholder():  # bad at index time, or the end-of-epoch sentinel
-            return stages.finish(decoder.placeholder(), seed, augment=False), pre_error
+            if opts.image_size is None:
+                return decoder.placeholder(), pre_error
+            # what resizing the 1x1 placeholder gives, in one op (an element the guard drops)
+            return tf.zeros(list(opts.image_size) + [opts.channels], tf.uint8), pre_error
 
         image, reason = tf.cond(tf.strings.length(pre_error) > 0, placeholder, load)
         if opts.image_size is not None:
@@ -514,9 +517,16 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     has_weights = (idx.weights is not None if idx is not None else records.has_weights) \
         and has_labels
 
+    # the dtype conversion joins this map when nothing sits between them (one
+    # function fewer to build and run); otherwise it is the last map, on batches
+    scale_here = opts.dtype != tf.uint8 and opts.cache is None and (
+        batch_size is None or batch_here)
+
     def structure(image, y, weight, key):
         if has_labels and opts.label_mode == "int":
             y = encode_label(y, "int", num_classes)
+        if scale_here:
+            image = scale(image, opts.dtype, opts.normalize)
         out = (image,) + ((y,) if has_labels else ()) + ((weight,) if has_weights else ())
         if opts.include_paths:
             out += (src.name(key),)
@@ -546,7 +556,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             "pipeline: drop_remainder=True with batch_size=%d and %d element(s) per epoch "
             "here: every epoch is empty (the one short batch is dropped). Use a smaller "
             "batch_size or drop_remainder=False.", batch_size, expected)
-    if opts.dtype != tf.uint8:
+    if opts.dtype != tf.uint8 and not scale_here:
         def to_dtype(*el):
             return (scale(el[0], opts.dtype, opts.normalize),) + el[1:] if len(el) > 1 else \
                 scale(el[0], opts.dtype, opts.normalize)
