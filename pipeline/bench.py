@@ -202,10 +202,12 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
                         steady_n, steady_t + time.perf_counter() - t_first)), refresh=False)
             n += b
             bar.update(b)
-        bar.close()
         if t_first is not None:
             steady_t += time.perf_counter() - t_first
             steady_cpu += time.process_time() - c_first
+            if progress:  # the epoch's end counts too: the last figure shown is the table's
+                bar.set_postfix_str(STEADY_POSTFIX.format(_rate_text(steady_n, steady_t)))
+        bar.close()
         n_total += n
     cpu = time.process_time() - cpu0
     t_end = time.perf_counter()
