@@ -830,7 +830,8 @@ class Decoder:
 
     def _jpeg_special(self, contents, h, w, too_big, orientation, window_fn):
         """The rare JPEGs: a header over ``max_pixels`` (refused), or an EXIF
-        orientation other than 1 (decoded whole, oriented, then cropped)."""
+        orientation other than 1 (decoded whole, oriented, then cropped). One
+        function call (``bmp.unlowered_case``) that runs only the branch taken."""
         def refuse():
             return self.placeholder(), tf.strings.format(
                 "header claims {}x{} pixels > max_pixels={}", (w, h, self.max_pixels))
@@ -843,7 +844,8 @@ class Decoder:
             img.set_shape([None, None, self.channels])
             return img, tf.constant("")
 
-        return tf.cond(too_big, refuse, oriented)
+        return bmp_lib.unlowered_case(tf.cast(tf.logical_not(too_big), tf.int32),
+                                      [refuse, oriented])
 
     def _jpeg_path(self, contents, words, window_fn, target):
         """The hot path, for files that start as a JPEG: the header's size
@@ -872,8 +874,7 @@ class Decoder:
             return img, tf.constant("")
 
         def rare():
-            return bmp_lib.unlowered_case(tf.constant(0), [
-                lambda: self._jpeg_special(contents, h, w, too_big, o, window_fn)])
+            return self._jpeg_special(contents, h, w, too_big, o, window_fn)
 
         img, reason = tf.cond(special, rare, fast)
         img.set_shape([None, None, self.channels])
