@@ -439,7 +439,7 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
     # page-cached reads) and decoded once; files whose decoder fails are left
     # out of the stage timings, which would otherwise never end on them.
     sample = tf.data.Dataset.from_tensor_slices(good[:total]).map(
-        lambda p: (p, tf.shape(decoder.decode(tf.io.read_file(p))[0])[0]),
+        assemble.graph_fn(lambda p: (p, tf.shape(decoder.decode(tf.io.read_file(p))[0])[0])),
         num_parallel_calls=opts.parallelism).ignore_errors()
     paths = [p.decode() for p, _ in sample.as_numpy_iterator()]
     if not paths:
