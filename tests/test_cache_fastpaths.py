@@ -166,6 +166,34 @@ def test_exif_orientation_parser_edge_cases():
         assert int(fn(tf.constant(data))) == 1
 
 
+def test_exif_ifd0_offset_is_unsigned_and_followed():
+    """IFD0 where its (unsigned 32-bit) offset says, in either byte order: right after
+    the header, further on, or past the end of the file (1: as stored). The reader
+    decodes the offset as an int32 and masks it: 0x80000000 and up must not become
+    negative offsets that read bytes before the TIFF header."""
+    from pipeline import decode
+    import struct
+    fn = tf.function(decode.exif_orientation, autograph=False,
+                     input_signature=[tf.TensorSpec([], tf.string)])
+    buf = __import__("io").BytesIO()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(buf, "JPEG")
+    plain = buf.getvalue()
+
+    def jpeg(e, offset, gap=b"", orientation=6):
+        ifd = struct.pack(e + "H", 2) + struct.pack(e + "HHI", 0x010F, 2, 4) + b"cam\x00" + \
+            struct.pack(e + "HHIHH", 0x0112, 3, 1, orientation, 0) + b"\x00" * 4
+        tiff = (b"II*\x00" if e == "<" else b"MM\x00*") + struct.pack(e + "I", offset) + gap + ifd
+        app1 = b"\xff\xe1" + struct.pack(">H", 8 + len(tiff)) + b"Exif\x00\x00" + tiff
+        return b"\xff\xd8" + app1 + plain[2:]
+
+    for e in ("<", ">"):
+        assert int(fn(tf.constant(jpeg(e, 8)))) == 6, e
+        assert int(fn(tf.constant(jpeg(e, 20, gap=b"\x07" * 12, orientation=8)))) == 8, e
+        # 2 ** 32 - 4 read as -4 would land on the orientation entry (count: "if" of "Exif")
+        for offset in (2 ** 31, 2 ** 32 - 8, 2 ** 32 - 4, 2 ** 32 - 1):
+            assert int(fn(tf.constant(jpeg(e, offset)))) == 1, (e, offset)
+
+
 def test_pad_fast_path_matches_slow_path(photos):
     """Found by a fresh-eyes user: DCT-scaled decoding shifted "pad" content by a
     pixel. "pad" now decodes at full scale; fast and slow paths agree exactly."""
