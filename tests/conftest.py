@@ -9,7 +9,11 @@ from PIL import Image
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.abspath(os.path.join(REPO, "..", "shared"))
 CASES = os.path.join(SHARED, "cases")
-IMAGENET = os.path.join(SHARED, "data", "imagenet-sample")
+# Real photos in class folders: $PIPELINE_DATA_DIR (as the benchmarks and `pipeline bench`
+# read it), else ../shared/data/imagenet-sample beside the repository. Tests that need them
+# skip, saying so, when neither is there.
+PHOTOS_ENV = "PIPELINE_DATA_DIR"
+IMAGENET = os.environ.get(PHOTOS_ENV) or os.path.join(SHARED, "data", "imagenet-sample")
 
 
 def solid(path, value, size=(12, 10), mode="RGB", fmt=None, **save):

@@ -15,14 +15,14 @@ import tensorflow as tf
 
 import pipeline
 from pipeline import transform
-
-SAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "imagenet-sample")
+from conftest import IMAGENET as SAMPLE
 
 
 def _photos(n=12):
-    files = sorted(glob.glob(os.path.join(SAMPLE, "*", "*")))
+    files = sorted(f for f in glob.glob(os.path.join(SAMPLE, "*", "*"))
+                   if f.lower().endswith((".jpg", ".jpeg")))
     if not files:
-        pytest.skip("../shared/data/imagenet-sample is not here")
+        pytest.skip("needs JPEG photos: $PIPELINE_DATA_DIR or ../shared/data/imagenet-sample")
     return files[::max(1, len(files) // n)][:n]
 
 
