@@ -14,9 +14,9 @@ depend on how many cores share the work, and
 ``headroom`` (default 1.25, i.e. 25% spare) covers what the local measurement
 does not contain: the tf.data service's own work on the workers (serializing
 and compressing batches, gRPC), uneven load between workers, epoch starts and
-files that decode slower than the measured sample. The README's "Capacity
-plan" section checks the model against a measured 1 -> 2 worker run
-(``benchmarks/service_scaling.py --pin_workers --plan``).
+files that decode slower than the measured sample. ``docs/benchmarks.md``
+("Capacity plan against a measured service run") checks the model against a
+measured 1 -> 2 worker run (``benchmarks/service_scaling.py --pin_workers --plan``).
 
 Cost is machine-specific: measure on the kind of machine the workers will run
 on (``python -m pipeline bench --plan --target_images_per_sec=N`` there).
