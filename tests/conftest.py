@@ -11,9 +11,10 @@ SHARED = os.path.abspath(os.path.join(REPO, "..", "shared"))
 CASES = os.path.join(SHARED, "cases")
 # Real photos in class folders: $PIPELINE_DATA_DIR (as the benchmarks and `pipeline bench`
 # read it), else ../shared/data/imagenet-sample beside the repository. Tests that need them
-# skip, saying so, when neither is there.
+# skip, saying so, when neither is there. The variable is read here and then removed from the
+# environment, so that every other test (bench, the notebooks) runs as on a fresh clone.
 PHOTOS_ENV = "PIPELINE_DATA_DIR"
-IMAGENET = os.environ.get(PHOTOS_ENV) or os.path.join(SHARED, "data", "imagenet-sample")
+IMAGENET = os.environ.pop(PHOTOS_ENV, None) or os.path.join(SHARED, "data", "imagenet-sample")
 
 
 def solid(path, value, size=(12, 10), mode="RGB", fmt=None, **save):
