@@ -142,8 +142,9 @@ _WEBP_1X1 = (b"RIFF\x1c\x00\x00\x00WEBPVP8L\x0f\x00\x00\x00/\x00\x00\x00\x00\x07
 TFIO_SCHEMES = ("s3", "hdfs", "viewfs", "har", "az", "http", "https", "oss")
 
 TFIO_STACK_HINT = ("install TensorFlow 2.16 with tensorflow-io 0.37.1, the stack that provides "
-                   "it, e.g. pip install -c constraints/tf216.txt -e . (tensorflow==2.16.2, "
-                   "tensorflow-io==0.37.1)")
+                   "it, e.g. pip install tf-image-pipeline 'tensorflow==2.16.2' "
+                   "'tensorflow-io==0.37.1' (in a source tree: "
+                   "pip install -c constraints/tf216.txt -e .)")
 
 
 @dataclasses.dataclass(frozen=True)
