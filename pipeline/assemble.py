@@ -466,8 +466,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
 
     # Remote files no TensorFlow file system serves here (s3:// on TensorFlow 2.17+) are
     # fetched from Python, many at once, before the in-graph map (read.fetch_stage).
-    by_scheme = {read.scheme(p): p for p in paths if "://" in p} if records is None else {}
-    fetched = [p for p in by_scheme.values() if read.reader(p) == "fsspec"]
+    fetched = read.needs_fetch(paths) if records is None else []
     fetch = bool(fetched)
     if fetch and opts.service:
         raise ValueError(

@@ -220,44 +220,54 @@ def fetch_many(paths: Sequence[str]) -> Tuple[List[bytes], List[str]]:
     return contents, reasons
 
 
+def fetch_tensors(names, todo):
+    """In graph: ``(contents, reasons)`` of the files ``names`` (str, 1-D) where ``todo``
+    (bool, same shape): one ``tf.py_function`` (named ``FETCH_OP_NAME``) calling
+    :func:`fetch_many`. Elements not ``todo`` get ``b""`` and ``""``."""
+    def run(names_t, todo_t):
+        flags_ = todo_t.numpy()
+        wanted = [n.decode("utf-8") for n, t in zip(names_t.numpy(), flags_) if t]
+        got, why = fetch_many(wanted)
+        data, reasons, j = [], [], 0
+        for t in flags_:
+            data.append(got[j] if t else b"")
+            reasons.append(why[j] if t else "")
+            j += int(bool(t))
+        return (tf.constant(data, tf.string, shape=[len(data)]),
+                tf.constant(reasons, tf.string, shape=[len(reasons)]))
+
+    data, why = tf.py_function(run, [names, todo], [tf.string, tf.string], name=FETCH_OP_NAME)
+    data.set_shape(names.shape)
+    why.set_shape(names.shape)
+    return data, why
+
+
 def fetch_stage(ds, name_of):
     """Fills the ``contents`` of plan elements from remote files, many at a time.
 
     ``ds``: elements ``(pos, window, key, label, pre_error, contents, weight, seed)``
     (``pipeline.guard.chunked``). Batches of ``FETCH_BATCH`` keys go to one
-    ``tf.py_function`` (named ``FETCH_OP_NAME``) calling :func:`fetch_many`,
-    ``FETCH_PARALLEL`` batches in flight, order kept. A file that cannot be read
-    gets its reason as ``pre_error``, so the guard raises or skips it by name.
-    The decode stays in graph. ``name_of``: key tensor -> path tensor.
+    :func:`fetch_tensors` call, ``FETCH_PARALLEL`` batches in flight, order kept.
+    A file that cannot be read gets its reason as ``pre_error``, so the guard
+    raises or skips it by name. The decode stays in graph. ``name_of``: key
+    tensor -> path tensor.
     """
     def fetch(pos, window, key, label, pre, contents, weight, seed):
-        names = name_of(key)
+        del contents
         todo = tf.strings.length(pre) == 0
-
-        def run(names_t, todo_t):
-            wanted = [n.decode("utf-8") for n, t in zip(names_t.numpy(), todo_t.numpy()) if t]
-            got, why = fetch_many(wanted)
-            data, reasons, j = [], [], 0
-            for t in todo_t.numpy():
-                if t:
-                    data.append(got[j])
-                    reasons.append(why[j])
-                    j += 1
-                else:
-                    data.append(b"")
-                    reasons.append("")
-            return (tf.constant(data, tf.string, shape=[len(data)]),
-                    tf.constant(reasons, tf.string, shape=[len(reasons)]))
-
-        data, why = tf.py_function(run, [names, todo], [tf.string, tf.string],
-                                   name=FETCH_OP_NAME)
-        data.set_shape(contents.shape)
-        why.set_shape(pre.shape)
+        data, why = fetch_tensors(name_of(key), todo)
         return pos, window, key, label, tf.where(todo, why, pre), data, weight, seed
 
     return ds.batch(FETCH_BATCH).map(
         tf.autograph.experimental.do_not_convert(fetch), num_parallel_calls=FETCH_PARALLEL,
         deterministic=True).unbatch()
+
+
+def needs_fetch(paths: Sequence[str]) -> List[str]:
+    """One path per scheme among ``paths`` that fsspec serves here ([] when none):
+    such files are fetched from Python (``fetch_stage``), not by ``tf.io.read_file``."""
+    by_scheme = {scheme(p): p for p in paths if "://" in p}
+    return [p for p in by_scheme.values() if reader(p) == "fsspec"]
 
 
 def hint(error: Exception, uri: str) -> str:

@@ -207,3 +207,16 @@ def test_iterator_checkpoint_restores_exactly(bucket, tmp_path):
     assert len(again) == len(rest) == 3
     for a, b in zip(again, rest):
         np.testing.assert_array_equal(a, b)
+
+
+def test_scan_of_s3_prefix_names_the_truncated_photo(bucket):
+    local, prefix, client = bucket
+    files = pipeline.from_directory(local, **OPTS).file_paths[:3]
+    for k, p in enumerate(files):
+        with open(p, "rb") as f:
+            data = f.read()
+        client.put_object(Bucket=BUCKET, Key=f"scanme/c/img{k}.jpg",
+                          Body=data[:len(data) // 2] if k == 1 else data)
+    report = pipeline.scan(f"s3://{BUCKET}/scanme", progress=False)
+    assert report.num_files == 3 and report.num_ok == 2
+    assert [b["path"] for b in report.bad_files] == [f"s3://{BUCKET}/scanme/c/img1.jpg"]
