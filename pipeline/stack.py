@@ -404,6 +404,9 @@ def doctor() -> dict:
         "pillow": _dist_version("pillow"),
         "pillow_heif": _dist_version("pillow-heif"),
         "pillow_avif_plugin": _dist_version("pillow-avif-plugin"),
+        "s3fs": _dist_version("s3fs"),
+        "remote_reader": ("tensorflow-io" if tfio_ok else
+                          "fsspec" if _dist_version("fsspec") else None),
         "decoders": decoders,
         "filesystems": filesystems,
         "registered_schemes": schemes,
@@ -436,6 +439,9 @@ def format_doctor(report: Optional[dict] = None) -> str:
         f"Pillow              {opt(r['pillow'])}",
         f"pillow-heif         {opt(r['pillow_heif'])}",
         f"pillow-avif-plugin  {opt(r['pillow_avif_plugin'])}",
+        f"s3fs                {opt(r.get('s3fs'))}",
+        f"remote reader       {r.get('remote_reader') or 'none'} (s3://, hdfs://, az://, "
+        f"http(s)://; gs:// is TensorFlow's own)",
         "decoders            " + ", ".join(
             f"{k}: {v or 'unavailable'}" for k, v in r["decoders"].items()),
         "filesystems         " + ", ".join(
