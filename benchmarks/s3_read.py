@@ -102,6 +102,7 @@ def child(python, source, mode, env, timeout):
     if not lines:
         raise RuntimeError(f"{python} {source} {mode} failed (exit {proc.returncode}):\n"
                            f"{proc.stderr[-3000:]}")
+    print(f"{source} {mode} {env.get('PIPELINE_REMOTE_READER', '')}: {lines[-1]}", flush=True)
     return json.loads(lines[-1][len("S3READ "):])
 
 

@@ -441,7 +441,7 @@ def format_doctor(report: Optional[dict] = None) -> str:
         f"pillow-avif-plugin  {opt(r['pillow_avif_plugin'])}",
         f"s3fs                {opt(r.get('s3fs'))}",
         f"remote reader       {r.get('remote_reader') or 'none'} (s3://, hdfs://, az://, "
-        f"http(s)://; gs:// is TensorFlow's own)",
+        f"http(s)://; gs:// is served by TensorFlow)",
         "decoders            " + ", ".join(
             f"{k}: {v or 'unavailable'}" for k, v in r["decoders"].items()),
         "filesystems         " + ", ".join(
