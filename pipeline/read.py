@@ -27,8 +27,11 @@ scheme, S3 calls fail with ``NotFoundError``), ``AWS_REGION``,
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import errno
 import functools
+import threading
 import os
 import posixpath
 import sys
@@ -320,6 +323,15 @@ def listdir(folder: str) -> List[Tuple[str, bool]]:
             (with the s3 hints for URIs).
     """
     if is_remote(folder) and reader(folder) == "fsspec":
+        tree = getattr(_SCOPE, "tree", None)
+        if tree and folder.rstrip("/") == tree["top"]:
+            found = {}
+            head = folder.rstrip("/").split("://", 1)[1]
+            for p in _find(folder.rstrip("/")):
+                first, _, rest = p[len(head) + 1:].partition("/")
+                found[first] = found.get(first, False) or bool(rest)
+            if found:
+                return sorted(found.items())
         try:
             entries = _fs(folder).ls(folder, detail=True)
         except (OSError, ValueError) as e:
@@ -404,12 +416,44 @@ def walk(folder: str, follow_links: bool = False, top: Optional[str] = None
     yield from local(folder, frozenset([os.path.realpath(top)]) if top else frozenset())
 
 
+_SCOPE = threading.local()
+
+
+@contextlib.contextmanager
+def one_listing(folder: str):
+    """Within it (in this thread), fsspec listings of ``folder`` and of anything under it
+    come from one paginated ``fs.find`` of ``folder``, made on first use: a class-folder
+    tree costs one listing, not one per class folder. Elsewhere it does nothing."""
+    if not (is_remote(folder) and reader(folder) == "fsspec"):
+        yield
+        return
+    prev = getattr(_SCOPE, "tree", None)
+    _SCOPE.tree = {"top": folder.rstrip("/"), "files": None}
+    try:
+        yield
+    finally:
+        _SCOPE.tree = prev
+
+
+def _find(top: str) -> List[str]:
+    """fsspec: the files under ``top`` (paths without the scheme), sorted."""
+    head = top.split("://", 1)[1].rstrip("/")
+    tree = getattr(_SCOPE, "tree", None)
+    if tree and (top == tree["top"] or top.startswith(tree["top"] + "/")):
+        if tree["files"] is None:
+            tree["files"] = sorted(_fs(tree["top"]).find(tree["top"], withdirs=False,
+                                                         detail=False))
+        files = tree["files"]
+        # the names under head/: from head + "/" up to head + "0" ("0" follows "/")
+        return files[bisect.bisect_left(files, head + "/"):bisect.bisect_left(files, head + "0")]
+    return sorted(p for p in _fs(top).find(top, withdirs=False, detail=False)
+                  if p.startswith(head + "/"))
+
+
 def _walk_fsspec(folder: str) -> Iterator[Tuple[str, Optional[str], str]]:
     top = folder.rstrip("/")
     head = top.split("://", 1)[1]
-    found = _fs(top).find(top, withdirs=False, detail=False)
-    parts = sorted(tuple(p[len(head):].strip("/").split("/")) for p in found
-                   if p.startswith(head + "/"))
+    parts = sorted(tuple(p[len(head):].strip("/").split("/")) for p in _find(top))
     hidden_seen = set()
     for rel in parts:
         cut = next((k for k, name in enumerate(rel) if is_hidden(name)), None)

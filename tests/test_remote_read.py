@@ -220,3 +220,18 @@ def test_scan_of_s3_prefix_names_the_truncated_photo(bucket):
     report = pipeline.scan(f"s3://{BUCKET}/scanme", progress=False)
     assert report.num_files == 3 and report.num_ok == 2
     assert [b["path"] for b in report.bad_files] == [f"s3://{BUCKET}/scanme/c/img1.jpg"]
+
+
+def test_class_folder_tree_is_one_listing(bucket, monkeypatch):
+    """from_directory on an s3:// prefix: one fs.find for the whole tree, no ls per folder."""
+    local, prefix, _ = bucket
+    fs = read.filesystem("s3")
+    calls = []
+    for name in ("find", "ls"):
+        real = getattr(fs, name)
+        monkeypatch.setattr(fs, name, lambda *a, _n=name, _r=real, **k: (
+            calls.append(_n), _r(*a, **k))[1])
+    ds = pipeline.from_directory(prefix, **OPTS)
+    assert calls.count("find") == 1 and "ls" not in calls, calls
+    assert ds.file_paths == [_s3_path(p, local, prefix)
+                             for p in pipeline.from_directory(local, **OPTS).file_paths]
