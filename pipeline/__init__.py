@@ -26,7 +26,28 @@ if _native_stderr.cpp_log_state()[1]:
     # TensorFlow is loaded already: set its level now (or say at once why it cannot be).
     from pipeline import stack as _stack  # noqa: E402,F401
 
-__version__ = "0.1.0"
+DISTRIBUTION = "tf-image-pipeline"  # the name on the package index; the import name is pipeline
+
+
+def _version() -> str:
+    """The installed distribution's version; in a source tree that is not installed
+    (or installed under another name), the one in its ``setup.cfg``."""
+    from importlib import metadata  # pylint: disable=import-outside-toplevel
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        pass
+    import configparser  # pylint: disable=import-outside-toplevel
+    import os  # pylint: disable=import-outside-toplevel
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "setup.cfg"), encoding="utf-8")
+    if cfg.get("metadata", "name", fallback="") == DISTRIBUTION:
+        return cfg.get("metadata", "version", fallback="0+unknown")
+    return "0+unknown"
+
+
+__version__ = _version()
 
 # public name -> the module that defines it (imported on first use)
 _EXPORTS = {

@@ -464,9 +464,21 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     seeds = element_seeds(opts) if augment_seeds else tf.data.Dataset.from_tensors(
         tf.zeros([2], tf.int64)).repeat()
 
+    # Remote files no TensorFlow file system serves here (s3:// on TensorFlow 2.17+) are
+    # fetched from Python, many at once, before the in-graph map (read.fetch_stage).
+    fetched = read.needs_fetch(paths) if records is None else []
+    fetch = bool(fetched)
+    if fetch and opts.service:
+        raise ValueError(
+            "`service` cannot serve files read through fsspec (here: "
+            f"{fetched[0]!r}): the fetch is a "
+            "tf.py_function, which tf.data service workers cannot run. Use TensorFlow "
+            "2.16 with tensorflow-io (its S3 file system reads in graph), or write the "
+            f"images to TFRecord shards on a local disk or gs://. Received: service={opts.service!r}")
+
     def element(pos, window, key, label, pre_error, contents, weight, seed):
         def load():
-            data = contents if src.records else tf.io.read_file(src.name(key))
+            data = contents if src.records or fetch else tf.io.read_file(src.name(key))
             return stages(data, seed)
 
         def placeholder():  # bad at index time, or the end-of-epoch sentinel
@@ -490,6 +502,8 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     batch_here = (batch_size is not None and opts.image_size is not None
                   and opts.cache is None and not opts.drop_remainder)
     ds = guard.chunked(plan, sentinel, seeds, src.empty_key)
+    if fetch:
+        ds = read.fetch_stage(ds, src.name)
     # Order is kept here (the gap check needs it); `deterministic` applies to
     # the other stages through tf.data.Options.
     ds = ds.map(graph_fn(element), num_parallel_calls=opts.parallelism, deterministic=True)

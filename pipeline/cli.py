@@ -1209,7 +1209,8 @@ def main_help() -> str:
     for n, c in COMMANDS.items():
         out.append(f"  {n:<{width}}  {c.title}")
     out += ["", f"{PROG} <command> --help shows a command's arguments and flags; "
-                "--helpfull lists every absl flag (TensorFlow's included).",
+                "--helpfull lists every absl flag (TensorFlow's included); "
+                "--version prints the version.",
             "Exit status: 0 success, 1 the command failed (scan: bad files found; "
             "convert: bad files with --on_error=raise; bench: a candidate failed), "
             "2 usage error."]
@@ -1359,6 +1360,10 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
     argv = list(sys.argv if argv is None else argv)
     args = argv[1:]
     head = args[:args.index("--")] if "--" in args else args
+    if "--version" in head:  # answered before TensorFlow loads
+        import pipeline  # pylint: disable=import-outside-toplevel
+        print(f"{pipeline.DISTRIBUTION} {pipeline.__version__}")
+        sys.exit(0)
     if any(a in _HELPFULL for a in head):
         _import_tensorflow()  # its absl flags are part of the full list
         print(main_help())

@@ -219,7 +219,16 @@ def tiff_truncation(path: str) -> str:
     return ""
 
 
-def index_directory(directory, labels="inferred", class_names=None,
+def index_directory(directory, *args, **kwargs) -> "Index":
+    """``_index_directory`` (below); a folder read through fsspec is listed once
+    (``read.one_listing``): one paginated listing for the whole class-folder tree."""
+    if isinstance(directory, (str, os.PathLike)) and read.is_remote(os.fspath(directory)):
+        with read.one_listing(os.fspath(directory)):
+            return _index_directory(directory, *args, **kwargs)
+    return _index_directory(directory, *args, **kwargs)
+
+
+def _index_directory(directory, labels="inferred", class_names=None,
                     follow_links: bool = False) -> Index:
     """Lists a folder (local or URI) into an ``Index``, as Keras' image_dataset_from_directory.
 

@@ -1,26 +1,41 @@
 """Read: bytes, listings and sizes of local files and remote URIs, for every stage.
 
 One layer over the file systems: local paths go through ``os`` (a directory
-walk with ``os.scandir``), URIs through ``tf.io.gfile``. ``gs://`` is built
-into TensorFlow; ``s3://``, ``hdfs://``, ``az://`` and ``http(s)://`` are
-registered by tensorflow-io, which is imported lazily, only when such a URI
-is met, and only where its ops load (see ``pipeline.stack``).
+walk with ``os.scandir``), URIs through ``tf.io.gfile`` or fsspec.
 
-S3 configuration is read from the environment by tensorflow-io:
+Which reader a URI gets (:func:`reader`): ``gs://`` is built into
+TensorFlow. ``s3://``, ``hdfs://``, ``az://`` and ``http(s)://`` go through
+tensorflow-io where its ops load (TensorFlow 2.16; imported lazily, only when
+such a URI is met), and otherwise through fsspec (``s3fs`` for ``s3://``,
+installed by the ``s3`` extra; ``gcsfs``, ``adlfs``, ``aiohttp`` bring their
+schemes the same way). ``PIPELINE_REMOTE_READER`` (``auto``, the default,
+``tensorflow-io`` or ``fsspec``) overrides the choice. With fsspec, files are
+read outside the graph, many at once (:func:`fetch_many`: ``fs.cat`` on a
+list of paths, which s3fs fetches concurrently), and a folder is listed with
+one paginated ``fs.find``.
+
+tensorflow-io reads its S3 configuration from the environment:
 ``S3_ENDPOINT`` with its scheme (e.g. ``http://127.0.0.1:9000``; without the
 scheme, S3 calls fail with ``NotFoundError``), ``AWS_REGION``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``S3_USE_HTTPS`` and
-``S3_VERIFY_SSL``. ``tf.io.gfile`` lists ``s3://`` folders unsorted: listings
-here are sorted, so that order and labels are stable.
+``S3_VERIFY_SSL``. s3fs reads botocore's places (``AWS_*`` variables,
+``~/.aws/config`` and ``credentials``, ``AWS_ENDPOINT_URL``), fsspec's
+``FSSPEC_S3_*`` variables, and here also ``S3_ENDPOINT`` when no
+``AWS_ENDPOINT_URL`` is set. Listings are sorted (``tf.io.gfile`` lists
+``s3://`` folders unsorted), so that order and labels are stable.
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import errno
+import functools
+import threading
 import os
 import posixpath
 import sys
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from absl import logging
@@ -29,6 +44,12 @@ from pipeline import formats
 from pipeline import stack
 
 TFIO_SCHEMES = ("s3", "hdfs", "viewfs", "az", "http", "https")
+READER_ENV = "PIPELINE_REMOTE_READER"
+READERS = ("auto", "tensorflow-io", "fsspec")
+# The remote-read stage (pipeline.assemble): files per fs.cat call, calls in flight.
+FETCH_BATCH = 32
+FETCH_PARALLEL = 4
+FETCH_OP_NAME = "pipeline_remote_read"
 
 
 class FeatureUnavailableError(ImportError):
@@ -58,18 +79,198 @@ def dirname(path: str) -> str:
     return posixpath.dirname(path) if is_remote(path) else os.path.dirname(path)
 
 
-def ensure_filesystem(uri: str) -> None:
-    """Makes ``uri``'s file system available (imports tensorflow-io for s3, hdfs, az, http).
+def _choice() -> str:
+    value = os.environ.get(READER_ENV, "auto").strip().lower() or "auto"
+    if value not in READERS:
+        raise ValueError(f"{READER_ENV} must be one of {', '.join(READERS)}. "
+                         f"Received: {READER_ENV}={value!r}")
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def _fsspec_problem(protocol: str) -> str:
+    """"" when fsspec can open ``protocol`` here, else why not (naming the install)."""
+    try:
+        import fsspec  # pylint: disable=import-outside-toplevel
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as e:
+        extra = "'tf-image-pipeline[s3]'" if protocol in ("s3", "s3a") else "fsspec"
+        return f"fsspec cannot open {protocol}:// here ({e}); pip install {extra}"
+    except ValueError as e:  # unknown protocol
+        return f"fsspec knows no {protocol}:// file system ({e})"
+    return ""
+
+
+def reader(uri: str) -> str:
+    """Which reader serves ``uri``: "local", "tensorflow" (TensorFlow's file systems,
+    tensorflow-io's among them) or "fsspec".
+
+    Rule: local paths are "local"; schemes TensorFlow serves itself (``gs://``)
+    are "tensorflow"; tensorflow-io's schemes (``s3``, ``hdfs``, ``az``,
+    ``http(s)``) are "tensorflow" where its ops load, else "fsspec" where
+    fsspec has that scheme, unless ``PIPELINE_REMOTE_READER`` says otherwise.
 
     Raises:
-        FeatureUnavailableError: the scheme needs tensorflow-io and its ops do
-            not load with this TensorFlow (the message names the URI and the fix).
+        FeatureUnavailableError: no reader here serves the scheme (the message
+            names the URI and both fixes).
+        ValueError: ``PIPELINE_REMOTE_READER`` is not one of ``READERS``.
     """
-    if scheme(uri) in TFIO_SCHEMES:
-        status = stack.tfio_status()
-        if not status.available:
-            raise FeatureUnavailableError(
-                stack.needs_tfio_message(f"{scheme(uri)}:// paths", uri))
+    s = scheme(uri)
+    if not s:
+        return "local"
+    if s not in TFIO_SCHEMES:
+        return "tensorflow"
+    choice = _choice()
+    if choice != "fsspec" and stack.tfio_status().available:
+        return "tensorflow"
+    problem = _fsspec_problem(s)
+    if choice != "tensorflow-io" and not problem:
+        return "fsspec"
+    tfio = stack.needs_tfio_message(f"{s}:// paths", uri)
+    if choice == "tensorflow-io":
+        raise FeatureUnavailableError(f"{tfio} ({READER_ENV}=tensorflow-io)")
+    raise FeatureUnavailableError(f"{tfio[:-1]}; or read them through fsspec: {problem}.")
+
+
+def ensure_filesystem(uri: str, in_graph: bool = False) -> None:
+    """Makes ``uri``'s file system available (imports tensorflow-io for s3, hdfs, az, http
+    where its ops load; otherwise checks that fsspec serves the scheme).
+
+    Args:
+        uri: a path or URI.
+        in_graph: the caller reads it with TensorFlow ops (``TFRecordDataset``,
+            ``TFRecordWriter``), which fsspec cannot serve.
+
+    Raises:
+        FeatureUnavailableError: no reader serves the scheme here, or only fsspec
+            does and ``in_graph`` (the message names the URI and the fix).
+    """
+    if reader(uri) == "fsspec" and in_graph:
+        raise FeatureUnavailableError(
+            f"pipeline: {uri} is read here through fsspec, from Python, and this stage "
+            f"reads with TensorFlow ops (TFRecord shards), which need TensorFlow's own "
+            f"{scheme(uri)}:// file system: tensorflow-io's ops, which load only with "
+            f"TensorFlow 2.16 ({stack.TFIO_STACK_HINT}); or copy the shards to a local "
+            f"disk or gs://.")
+
+
+@functools.lru_cache(maxsize=None)
+def filesystem(protocol: str):
+    """The fsspec file system for ``protocol`` (one instance per process).
+
+    Its options come from fsspec's config (``FSSPEC_S3_*`` variables) and the
+    library's own places, with no listings cache (each listing is fresh); for ``s3``, ``S3_ENDPOINT`` (tensorflow-io's variable)
+    is the endpoint when botocore's ``AWS_ENDPOINT_URL(_S3)`` is unset.
+    """
+    import fsspec  # pylint: disable=import-outside-toplevel
+    # No listings cache: a factory called again lists the bucket again (new objects seen).
+    options = {"use_listings_cache": False}
+    if protocol in ("s3", "s3a") and os.environ.get("S3_ENDPOINT") and not (
+            os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")):
+        options["endpoint_url"] = os.environ["S3_ENDPOINT"]
+    return fsspec.filesystem(protocol, **options)
+
+
+def _fs(uri: str):
+    return filesystem(scheme(uri))
+
+
+def _unreadable(error: BaseException) -> str:
+    """The reason text of a file fsspec could not read."""
+    if isinstance(error, FileNotFoundError):
+        return "unreadable file (file not found)"
+    if isinstance(error, PermissionError):
+        return f"unreadable file (permission denied: {error})"
+    return f"unreadable file ({type(error).__name__}: {error})"
+
+
+def fetch_many(paths: Sequence[str]) -> Tuple[List[bytes], List[str]]:
+    """The bytes of many files, fetched concurrently: ``(contents, reasons)``.
+
+    fsspec paths go to one ``fs.cat_ranges(paths, ..., on_error="return")`` per
+    scheme (``fs.cat``'s concurrent fetch without its glob expansion of names:
+    s3fs issues the GETs at once on its event loop; the calling thread waits
+    without the GIL); other paths are read one by one. ``reasons[i]`` is ""
+    or why file ``i`` cannot be read (its ``contents[i]`` is then ``b""``).
+    Never raises for a file.
+    """
+    contents: List[bytes] = [b""] * len(paths)
+    reasons: List[str] = [""] * len(paths)
+    groups = {}
+    for i, p in enumerate(paths):
+        try:
+            kind = reader(p)
+        except FeatureUnavailableError as e:
+            reasons[i] = str(e)
+            continue
+        if kind == "fsspec":
+            groups.setdefault(scheme(p), []).append(i)
+        else:
+            contents[i], reasons[i] = try_read(p)
+    for protocol, rows in groups.items():
+        wanted = [paths[i] for i in rows]
+        try:  # cat_ranges: fs.cat's concurrent fetch without its glob expansion of names
+            got = filesystem(protocol).cat_ranges(wanted, [None] * len(wanted),
+                                                  [None] * len(wanted), on_error="return")
+        except Exception as e:  # pylint: disable=broad-except  (the whole call failed)
+            got = [e] * len(wanted)
+        for i, value in zip(rows, got):
+            if isinstance(value, (bytes, bytearray)):
+                contents[i] = bytes(value)
+            else:
+                reasons[i] = _unreadable(value if isinstance(value, BaseException)
+                                         else FileNotFoundError(paths[i]))
+    return contents, reasons
+
+
+def fetch_tensors(names, todo):
+    """In graph: ``(contents, reasons)`` of the files ``names`` (str, 1-D) where ``todo``
+    (bool, same shape): one ``tf.py_function`` (named ``FETCH_OP_NAME``) calling
+    :func:`fetch_many`. Elements not ``todo`` get ``b""`` and ``""``."""
+    def run(names_t, todo_t):
+        flags_ = todo_t.numpy()
+        wanted = [n.decode("utf-8") for n, t in zip(names_t.numpy(), flags_) if t]
+        got, why = fetch_many(wanted)
+        data, reasons, j = [], [], 0
+        for t in flags_:
+            data.append(got[j] if t else b"")
+            reasons.append(why[j] if t else "")
+            j += int(bool(t))
+        return (tf.constant(data, tf.string, shape=[len(data)]),
+                tf.constant(reasons, tf.string, shape=[len(reasons)]))
+
+    data, why = tf.py_function(run, [names, todo], [tf.string, tf.string], name=FETCH_OP_NAME)
+    data.set_shape(names.shape)
+    why.set_shape(names.shape)
+    return data, why
+
+
+def fetch_stage(ds, name_of):
+    """Fills the ``contents`` of plan elements from remote files, many at a time.
+
+    ``ds``: elements ``(pos, window, key, label, pre_error, contents, weight, seed)``
+    (``pipeline.guard.chunked``). Batches of ``FETCH_BATCH`` keys go to one
+    :func:`fetch_tensors` call, ``FETCH_PARALLEL`` batches in flight, order kept.
+    A file that cannot be read gets its reason as ``pre_error``, so the guard
+    raises or skips it by name. The decode stays in graph. ``name_of``: key
+    tensor -> path tensor.
+    """
+    def fetch(pos, window, key, label, pre, contents, weight, seed):
+        del contents
+        todo = tf.strings.length(pre) == 0
+        data, why = fetch_tensors(name_of(key), todo)
+        return pos, window, key, label, tf.where(todo, why, pre), data, weight, seed
+
+    return ds.batch(FETCH_BATCH).map(
+        tf.autograph.experimental.do_not_convert(fetch), num_parallel_calls=FETCH_PARALLEL,
+        deterministic=True).unbatch()
+
+
+def needs_fetch(paths: Sequence[str]) -> List[str]:
+    """One path per scheme among ``paths`` that fsspec serves here ([] when none):
+    such files are fetched from Python (``fetch_stage``), not by ``tf.io.read_file``."""
+    by_scheme = {scheme(p): p for p in paths if "://" in p}
+    return [p for p in by_scheme.values() if reader(p) == "fsspec"]
 
 
 def hint(error: Exception, uri: str) -> str:
@@ -98,6 +299,8 @@ def is_hidden(name: str) -> bool:
 
 def isdir(path: str) -> bool:
     if is_remote(path):
+        if reader(path) == "fsspec":
+            return _fs(path).isdir(path)
         ensure_filesystem(path)
         return tf.io.gfile.isdir(path)
     return os.path.isdir(path)
@@ -105,6 +308,8 @@ def isdir(path: str) -> bool:
 
 def exists(path: str) -> bool:
     if is_remote(path):
+        if reader(path) == "fsspec":
+            return _fs(path).exists(path)
         ensure_filesystem(path)
         return tf.io.gfile.exists(path)
     return os.path.exists(path)
@@ -117,6 +322,23 @@ def listdir(folder: str) -> List[Tuple[str, bool]]:
         FileNotFoundError: the folder does not exist or cannot be listed
             (with the s3 hints for URIs).
     """
+    if is_remote(folder) and reader(folder) == "fsspec":
+        tree = getattr(_SCOPE, "tree", None)
+        if tree and folder.rstrip("/") == tree["top"]:
+            found = {}
+            head = folder.rstrip("/").split("://", 1)[1]
+            for p in _find(folder.rstrip("/")):
+                first, _, rest = p[len(head) + 1:].partition("/")
+                found[first] = found.get(first, False) or bool(rest)
+            if found:
+                return sorted(found.items())
+        try:
+            entries = _fs(folder).ls(folder, detail=True)
+        except (OSError, ValueError) as e:
+            raise FileNotFoundError(f"`directory` does not exist or cannot be listed: "
+                                    f"{folder!r}: {e}") from None
+        return sorted((posixpath.basename(e["name"].rstrip("/")), e["type"] == "directory")
+                      for e in entries)
     if is_remote(folder):
         ensure_filesystem(folder)
         try:
@@ -147,9 +369,13 @@ def walk(folder: str, follow_links: bool = False, top: Optional[str] = None
     entry types come with the listing). Linked folders are followed only with
     ``follow_links``; a linked folder that leads back to one of its own
     ancestors (or to ``top``) is a loop, skipped and logged. Remote folders:
-    one ``tf.io.gfile.listdir`` per folder. Hidden entries are yielded with
-    the reason "hidden".
+    one ``tf.io.gfile.listdir`` per folder, or with fsspec one paginated
+    ``fs.find`` of the whole prefix. Hidden entries are yielded with the
+    reason "hidden" (a hidden folder once, not its files).
     """
+    if is_remote(folder) and reader(folder) == "fsspec":
+        yield from _walk_fsspec(folder)
+        return
     if is_remote(folder):
         ensure_filesystem(folder)
         for name, is_dir in listdir(folder):
@@ -190,6 +416,54 @@ def walk(folder: str, follow_links: bool = False, top: Optional[str] = None
     yield from local(folder, frozenset([os.path.realpath(top)]) if top else frozenset())
 
 
+_SCOPE = threading.local()
+
+
+@contextlib.contextmanager
+def one_listing(folder: str):
+    """Within it (in this thread), fsspec listings of ``folder`` and of anything under it
+    come from one paginated ``fs.find`` of ``folder``, made on first use: a class-folder
+    tree costs one listing, not one per class folder. Elsewhere it does nothing."""
+    if not (is_remote(folder) and reader(folder) == "fsspec"):
+        yield
+        return
+    prev = getattr(_SCOPE, "tree", None)
+    _SCOPE.tree = {"top": folder.rstrip("/"), "files": None}
+    try:
+        yield
+    finally:
+        _SCOPE.tree = prev
+
+
+def _find(top: str) -> List[str]:
+    """fsspec: the files under ``top`` (paths without the scheme), sorted."""
+    head = top.split("://", 1)[1].rstrip("/")
+    tree = getattr(_SCOPE, "tree", None)
+    if tree and (top == tree["top"] or top.startswith(tree["top"] + "/")):
+        if tree["files"] is None:
+            tree["files"] = sorted(_fs(tree["top"]).find(tree["top"], withdirs=False,
+                                                         detail=False))
+        files = tree["files"]
+        # the names under head/: from head + "/" up to head + "0" ("0" follows "/")
+        return files[bisect.bisect_left(files, head + "/"):bisect.bisect_left(files, head + "0")]
+    return sorted(p for p in _fs(top).find(top, withdirs=False, detail=False)
+                  if p.startswith(head + "/"))
+
+
+def _walk_fsspec(folder: str) -> Iterator[Tuple[str, Optional[str], str]]:
+    top = folder.rstrip("/")
+    head = top.split("://", 1)[1]
+    parts = sorted(tuple(p[len(head):].strip("/").split("/")) for p in _find(top))
+    hidden_seen = set()
+    for rel in parts:
+        cut = next((k for k, name in enumerate(rel) if is_hidden(name)), None)
+        if cut is None:
+            yield posixpath.join(top, *rel), None, ""
+        elif rel[:cut + 1] not in hidden_seen:
+            hidden_seen.add(rel[:cut + 1])
+            yield posixpath.join(top, *rel[:cut + 1]), "hidden", ""
+
+
 def link_problem(path: str) -> str:
     """"" or why a local path that is a symbolic link cannot be read (dangling, loop).
 
@@ -213,6 +487,8 @@ def read_bytes(path: str) -> bytes:
         OSError: the file cannot be read (``tf.errors.OpError`` for URIs).
     """
     if is_remote(path):
+        if reader(path) == "fsspec":
+            return _fs(path).cat_file(path)
         ensure_filesystem(path)
         with tf.io.gfile.GFile(path, "rb") as f:
             return f.read()
@@ -236,14 +512,16 @@ class RangeReader:
             return b""
         try:
             if self._file is None:
-                if is_remote(self.path):
+                if is_remote(self.path) and reader(self.path) == "fsspec":
+                    self._file = _fs(self.path).open(self.path, "rb")
+                elif is_remote(self.path):
                     ensure_filesystem(self.path)
                     self._file = tf.io.gfile.GFile(self.path, "rb")
                 else:
                     self._file = open(self.path, "rb")  # pylint: disable=consider-using-with
             self._file.seek(offset)
             return self._file.read(size)
-        except (OSError, tf.errors.OpError, FeatureUnavailableError):
+        except Exception:  # pylint: disable=broad-except  (OSError, OpError, fsspec's)
             self.failed = True
             return b""
 
@@ -271,11 +549,13 @@ def read_text(path: str) -> str:
 def file_size(path: str) -> int:
     """Size in bytes; -1 when it cannot be read."""
     try:
+        if is_remote(path) and reader(path) == "fsspec":
+            return int(_fs(path).size(path))
         if is_remote(path):
             ensure_filesystem(path)
             return int(tf.io.gfile.stat(path).length)
         return os.path.getsize(path)
-    except (OSError, tf.errors.OpError):
+    except Exception:  # pylint: disable=broad-except  (OSError, OpError, fsspec's)
         return -1
 
 
@@ -285,7 +565,11 @@ def try_read(path: str) -> Tuple[bytes, str]:
         return read_bytes(path), ""
     except FeatureUnavailableError as e:
         return b"", str(e)
-    except (OSError, tf.errors.OpError) as e:
+    except Exception as e:  # pylint: disable=broad-except
+        if is_remote(path) and reader(path) == "fsspec":
+            return b"", _unreadable(e)
+        if not isinstance(e, (OSError, tf.errors.OpError)):
+            raise
         if isinstance(e, OSError) and e.errno == errno.ELOOP:
             return b"", "symbolic-link loop"
         if not is_remote(path) and os.path.islink(path) and not os.path.exists(path):

@@ -323,9 +323,11 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
     decoder, _ = assemble.make_stages(idx, opts, full_graph=True)
     pre = [idx.errors.get(k, "") for k in range(len(idx))]
 
-    def probe(k, path, pre_error):
+    fetch = bool(read.needs_fetch(idx.paths))  # fsspec: fetched before, many at a time
+
+    def probe(k, path, pre_error, fetched):
         def load():
-            contents = tf.io.read_file(path)
+            contents = fetched if fetch else tf.io.read_file(path)
             image, reason = decoder.decode(contents)
             head = tf.strings.substr(contents, tf.constant(0, tf.int64), head_size(contents))
             return tf.shape(image)[:2], reason, head
@@ -340,7 +342,16 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
                       lambda: tf.constant(-1, tf.int64))
         return tf.clip_by_value(sof + 20, HEAD_BYTES, MAX_HEAD_BYTES)
 
-    ds = tf.data.Dataset.from_tensor_slices((tf.range(len(idx), dtype=tf.int64), idx.paths, pre))
+    ds = tf.data.Dataset.from_tensor_slices((tf.range(len(idx), dtype=tf.int64), idx.paths, pre,
+                                             [b""] * len(idx)))
+    if fetch:
+        def fill(k, path, pre_error, _):
+            todo = tf.strings.length(pre_error) == 0
+            data, why = read.fetch_tensors(path, todo)
+            return k, path, tf.where(todo, why, pre_error), data
+        ds = ds.batch(read.FETCH_BATCH).map(
+            tf.autograph.experimental.do_not_convert(fill),
+            num_parallel_calls=read.FETCH_PARALLEL, deterministic=True).unbatch()
     ds = ds.map(tf.autograph.experimental.do_not_convert(probe),
                 num_parallel_calls=opts.parallelism, deterministic=True)
     # A decoder that raises (e.g. a truncated JPEG) drops its element here; the

@@ -32,6 +32,7 @@ from absl import logging
 
 from pipeline import decode
 from pipeline import guard
+from pipeline import read
 
 # Ops whose state lives in the Python process: an iterator over a dataset that
 # contains them cannot be restored in another process.
@@ -41,10 +42,10 @@ _PYTHON_STATE_OPS = {
     "EagerPyFunc": "tf.py_function",
 }
 # The package's own rare-path Python ops hold no state across elements: the
-# skip recorder, the failure diagnosis, the Pillow fallback decoder and the
-# other-formats decoder of a JPEG-only graph.
+# skip recorder, the failure diagnosis, the Pillow fallback decoder, the
+# other-formats decoder of a JPEG-only graph and the remote-file fetch (fsspec).
 _SAFE_PY_OPS = (guard.RECORDER_OP_NAME, guard.DIAGNOSE_OP_NAME, decode.FALLBACK_OP_NAME,
-                decode.OTHERS_OP_NAME)
+                decode.OTHERS_OP_NAME, read.FETCH_OP_NAME)
 _SERVICE_OPS = ("DataServiceDataset", "DataServiceDatasetV2", "DataServiceDatasetV3",
                 "DataServiceDatasetV4")
 

@@ -231,7 +231,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         max_pixels = checks.check_int("max_pixels", max_pixels)
     idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
     output_dir = os.fspath(output_dir)
-    read.ensure_filesystem(output_dir)
+    read.ensure_filesystem(output_dir, in_graph=True)
     try:
         listing = tf.io.gfile.listdir(output_dir)
     except tf.errors.NotFoundError:  # a new folder (object stores have no empty "folders")
@@ -345,7 +345,7 @@ def list_files(files) -> List[str]:
     """
     if isinstance(files, (str, os.PathLike)):
         files = os.fspath(files)
-        read.ensure_filesystem(files)
+        read.ensure_filesystem(files, in_graph=True)
         if tf.io.gfile.isdir(files):
             found = sorted(tf.io.gfile.glob(read.join(files, "*.tfrecord")))
         elif any(ch in files for ch in "*?["):
@@ -358,7 +358,7 @@ def list_files(files) -> List[str]:
     else:
         found = [os.fspath(f) for f in files]
         if found:
-            read.ensure_filesystem(found[0])
+            read.ensure_filesystem(found[0], in_graph=True)
     if not found:
         raise ValueError(f"No TFRecord files found. Received: files={files!r}")
     return found

@@ -142,8 +142,9 @@ _WEBP_1X1 = (b"RIFF\x1c\x00\x00\x00WEBPVP8L\x0f\x00\x00\x00/\x00\x00\x00\x00\x07
 TFIO_SCHEMES = ("s3", "hdfs", "viewfs", "har", "az", "http", "https", "oss")
 
 TFIO_STACK_HINT = ("install TensorFlow 2.16 with tensorflow-io 0.37.1, the stack that provides "
-                   "it, e.g. pip install -c constraints/tf216.txt -e . (tensorflow==2.16.2, "
-                   "tensorflow-io==0.37.1)")
+                   "it, e.g. pip install tf-image-pipeline 'tensorflow==2.16.2' "
+                   "'tensorflow-io==0.37.1' (in a source tree: "
+                   "pip install -c constraints/tf216.txt -e .)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -403,6 +404,9 @@ def doctor() -> dict:
         "pillow": _dist_version("pillow"),
         "pillow_heif": _dist_version("pillow-heif"),
         "pillow_avif_plugin": _dist_version("pillow-avif-plugin"),
+        "s3fs": _dist_version("s3fs"),
+        "remote_reader": ("tensorflow-io" if tfio_ok else
+                          "fsspec" if _dist_version("fsspec") else None),
         "decoders": decoders,
         "filesystems": filesystems,
         "registered_schemes": schemes,
@@ -435,6 +439,9 @@ def format_doctor(report: Optional[dict] = None) -> str:
         f"Pillow              {opt(r['pillow'])}",
         f"pillow-heif         {opt(r['pillow_heif'])}",
         f"pillow-avif-plugin  {opt(r['pillow_avif_plugin'])}",
+        f"s3fs                {opt(r.get('s3fs'))}",
+        f"remote reader       {r.get('remote_reader') or 'none'} (s3://, hdfs://, az://, "
+        f"http(s)://; gs:// is served by TensorFlow)",
         "decoders            " + ", ".join(
             f"{k}: {v or 'unavailable'}" for k, v in r["decoders"].items()),
         "filesystems         " + ", ".join(

@@ -164,7 +164,7 @@ def show_batch(ds, num_images: int = 16, *, file_names: Optional[bool] = None,
     try:
         import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     except ImportError as e:
-        raise ImportError("pipeline.show_batch needs matplotlib: pip install 'pipeline[notebooks]' "
+        raise ImportError("pipeline.show_batch needs matplotlib: pip install 'tf-image-pipeline[notebooks]' "
                           f"(or pip install matplotlib). ({e})") from e
 
     if isinstance(num_images, bool) or not isinstance(num_images, int) or num_images < 1:
