@@ -368,7 +368,7 @@ class Augment:
         return tf.reshape(m, [9])[:8]
 
     def __call__(self, image, seed, output_size: Optional[Sequence[int]] = None,
-                 crop_done: bool = False):
+                 crop_done: bool = False, antialias: bool = False):
         """Augments one image.
 
         Args:
@@ -383,6 +383,9 @@ class Augment:
                 ``crop_window(full_shape, seed)`` (crop-before-decode); the
                 crop is then skipped and only the resize and the other ops
                 run, with the same sub-seeds.
+            antialias: the crop's resize filters when it reduces
+                (``tf.image.resize``'s ``antialias``; the factories pass their
+                ``antialias`` option).
 
         Returns:
             uint8 [height, width, channels] (``output_size`` when given),
@@ -419,8 +422,8 @@ class Augment:
                 oy, ox, ch, cw = self.crop_window(tf.shape(image), seed)
                 image = image[oy:oy + ch, ox:ox + cw]
             image = transform.to_uint8(tf.image.resize(
-                image, size, method=self.interpolation),
-                convex=self.interpolation in transform.CONVEX)
+                image, size, method=self.interpolation, antialias=antialias),
+                convex=self.interpolation in transform.CONVEX and not antialias)
             if output_size is not None:
                 image.set_shape([size[0], size[1], channels])
         elif output_size is not None:
