@@ -186,15 +186,28 @@ class Stages:
         target = size if fast and opts.jpeg_dct_scaling and size is not None else None
         if self.augment_here and aug.random_resized_crop is not None:
             window = (lambda shape: aug.crop_window(shape, seed)) if fast else None
-            image, reason = self.decoder.decode(contents, window_fn=window, target=target)
+            if window is not None and target is not None:
+                # the crop resized here, exactly (sub-pixel), then augmented
+                image, reason, box = self.decoder.decode(contents, window_fn=window,
+                                                         target=target, with_box=True)
+                image = transform.resize_box(image, box, size, aug.interpolation, opts.antialias)
+            else:
+                image, reason = self.decoder.decode(contents, window_fn=window)
             return aug(image, seed, output_size=size, crop_done=window is not None,
                        antialias=opts.antialias), reason
         if size is not None and opts.resize in transform.WINDOW_MODES and fast:
             th, tw = size
             window = transform.WINDOW_MODES[opts.resize]
-            image, reason = self.decoder.decode(
-                contents, window_fn=lambda s: window(s[0], s[1], th, tw), target=target)
-            image = transform.resize(image, size, "stretch", opts.interpolation, opts.antialias)
+            window_fn = lambda s: window(s[0], s[1], th, tw)
+            if target is not None:
+                image, reason, box = self.decoder.decode(contents, window_fn=window_fn,
+                                                         target=target, with_box=True)
+                image = transform.resize_box(image, box, size, opts.interpolation,
+                                             opts.antialias)
+            else:
+                image, reason = self.decoder.decode(contents, window_fn=window_fn)
+                image = transform.resize(image, size, "stretch", opts.interpolation,
+                                         opts.antialias)
         else:
             image, reason = self.decoder.decode(contents, target=target)
             image = self.finish(image, seed, augment=False)

@@ -181,6 +181,28 @@ DCT_RATIOS = (1, 2, 4, 8, 16)
 DCT_HALF_FROM = (12, 5)  # 2.4: the 1/2 scale is taken from this reduction on
 
 
+def window_box(window, r, rows, cols):
+    """The pixels of an image reduced ``r``-fold (``rows`` x ``cols``) that cover
+    ``window`` = (oy, ox, h, w) of the full image: (y0, x0, h, w) int32 in the
+    reduced grid, and box, float32 [4]: the window's offset and size in units
+    of those reduced pixels, from their corner (exact; integers when ``r``
+    is 1)."""
+    oy, ox, ch, cw = (tf.cast(v, tf.int32) for v in window)
+    y0, x0 = oy // r, ox // r
+    y1 = tf.minimum((oy + ch + r - 1) // r, rows)
+    x1 = tf.minimum((ox + cw + r - 1) // r, cols)
+    f = lambda v: tf.cast(v, tf.float32)
+    rf = f(r)
+    box = tf.stack([f(oy) / rf - f(y0), f(ox) / rf - f(x0), f(ch) / rf, f(cw) / rf])
+    return y0, x0, y1 - y0, x1 - x0, box
+
+
+def whole_box(image):
+    """The box (``window_box``) of a whole image: float32 [0, 0, height, width]."""
+    s = tf.cast(tf.shape(image)[:2], tf.float32)
+    return tf.concat([[0.0, 0.0], s], 0)
+
+
 def _halve(image, ratio: int):
     """uint8 [h, w, 3] -> [h // 2, w // 2, 3] by 2x2 box averages when ``ratio`` is
     16 (the 1/8 DCT scale halved: no aliasing left for the resize after it); the
@@ -842,12 +864,13 @@ class Decoder:
             steps.append((hs >= th) & (ws >= tw))
         return tf.add_n([tf.cast(x, tf.int32) for x in steps])
 
-    def _jpeg_scaled(self, contents, index, window=None, width=None):
+    def _jpeg_scaled(self, contents, index, window=None, height=None, width=None):
         """A JPEG decoded at scale ``1 / DCT_RATIOS[index]`` (one lowered switch:
         ``ratio`` is an attribute of the decode op; 1/16 is libjpeg's 1/8 then
-        a 2x2 box average), whole or only ``window`` = (oy, ox, h, w) in
-        full-size pixels (scaled by floor division; ``width``: the full
-        image's width). ``index=None``: full scale, no switch."""
+        a 2x2 box average). Whole (``index=None``: full scale, no switch), or
+        only ``window`` = (oy, ox, h, w) in full-size pixels of an image
+        ``height`` x ``width``: then (image, box), the reduced pixels that
+        cover the window and the window in their units (``window_box``)."""
         if window is None and index is None:
             return self._jpeg(contents)
         if window is None:
@@ -855,10 +878,18 @@ class Decoder:
                 (lambda r=r: _halve(tf.io.decode_jpeg(contents, channels=3, ratio=min(r, 8)), r))
                 for r in DCT_RATIOS])
             return from_rgb(img, self.channels)
-        r = 1 if index is None else tf.gather(
-            tf.constant([min(r, 8) for r in DCT_RATIOS], tf.int32), index)
-        oy, ox, ch, cw = (tf.cast(v, tf.int32) // r for v in window)
-        wide = (tf.cast(width, tf.int32) + r - 1) // r
+        if index is None:
+            r, d = 1, 1
+        else:
+            r = tf.gather(tf.constant(DCT_RATIOS, tf.int32), index)
+            d = tf.gather(tf.constant([min(r, 8) for r in DCT_RATIOS], tf.int32), index)
+        m = r // d  # 2 at 1/16 (decoded at 1/8, then halved), else 1
+        rows = (tf.cast(height, tf.int32) + d - 1) // d // m
+        cols = (tf.cast(width, tf.int32) + d - 1) // d // m
+        y0, x0, hh, ww, box = window_box(window, r, rows, cols)
+        # in the decoded (1/d) grid
+        oy, ox, ch, cw = y0 * m, x0 * m, hh * m, ww * m
+        wide = cols * m
         # libjpeg-turbo's cropped decode upsamples subsampled chroma (4:2:0,
         # 4:2:2: a triangle filter over the neighbouring chroma samples) at
         # the decoded columns' edges as if they were the image's: its first
@@ -867,20 +898,22 @@ class Decoder:
         # #12). One more column on such a side (clamped to the image) gives
         # every window pixel its real neighbours; the slice trims it and is
         # a no-copy identity when nothing was added.
-        x0 = tf.where((ox % 8 == 0) & (ox > 0), ox - 1, ox)
-        x1 = ox + cw + tf.cast(((ox + cw) % 2 == 0) & (ox + cw < wide), tf.int32)
+        xa = tf.where((ox % 8 == 0) & (ox > 0), ox - 1, ox)
+        xb = ox + cw + tf.cast(((ox + cw) % 2 == 0) & (ox + cw < wide), tf.int32)
         if index is None:
-            return self._jpeg(contents, window=(oy, x0, ch, x1 - x0))[:, ox - x0:ox - x0 + cw]
-        crop = tf.stack([oy, x0, ch, x1 - x0])
+            img = self._jpeg(contents, window=(oy, xa, ch, xb - xa))[:, ox - xa:ox - xa + cw]
+            return img, box
+        crop = tf.stack([oy, xa, ch, xb - xa])
         img = tf.switch_case(index, [
             (lambda r=r: _halve(tf.io.decode_and_crop_jpeg(
-                contents, crop, channels=3, ratio=min(r, 8))[:, ox - x0:ox - x0 + cw], r))
+                contents, crop, channels=3, ratio=min(r, 8))[:, ox - xa:ox - xa + cw], r))
             for r in DCT_RATIOS])
-        return from_rgb(img, self.channels)
+        return from_rgb(img, self.channels), box
 
     def _jpeg_fast(self, contents, h, w, window_fn, target):
         """A JPEG displayed as stored: the window only, at the largest DCT scale
-        that keeps it (or the whole image) at least ``target``, or whole."""
+        that keeps it (or the whole image) at least ``target``, or whole. With
+        a window and a target: (image, box) (``_jpeg_scaled``)."""
         if window_fn is None and target is None:
             return self._jpeg(contents)
         if window_fn is None:
@@ -889,16 +922,21 @@ class Decoder:
         window = window_fn(shape)
         index = (None if target is None
                  else self.dct_ratio_index(window[2], window[3], target, ceil=False))
-        return self._jpeg_scaled(contents, index, window, w)
+        img, box = self._jpeg_scaled(contents, index, window, h, w)
+        return img if target is None else (img, box)
 
     def _jpeg_special(self, contents, h, w, too_big, orientation, window_fn, target):
         """The rare JPEGs: a header over ``max_pixels`` (refused), or an EXIF
         orientation other than 1 (decoded whole, at the DCT scale the displayed
         image or window allows, oriented, then cropped). One function call
         (``bmp.unlowered_case``) that runs only the branch taken."""
+        with_box = window_fn is not None and target is not None
+        boxed = (lambda img: (whole_box(img),)) if with_box else (lambda img: ())
+
         def refuse():
-            return self.placeholder(), tf.strings.format(
-                "header claims {}x{} pixels > max_pixels={}", (w, h, self.max_pixels))
+            img = self.placeholder()
+            return (img, tf.strings.format(
+                "header claims {}x{} pixels > max_pixels={}", (w, h, self.max_pixels))) + boxed(img)
 
         def oriented():
             o = tf.cast(orientation, tf.int32)
@@ -914,12 +952,15 @@ class Decoder:
             else:
                 index = self.dct_ratio_index(window[2], window[3], target, ceil=False)
             img = apply_orientation(self._jpeg_scaled(contents, index), orientation)
-            if window is not None:
-                r = 1 if index is None else tf.gather(tf.constant(DCT_RATIOS, tf.int32), index)
-                oy, ox, ch, cw = (tf.cast(v, tf.int32) // r for v in window)
-                img = img[oy:oy + ch, ox:ox + cw]
+            if window is None:
+                img.set_shape([None, None, self.channels])
+                return (img, tf.constant("")) + boxed(img)
+            r = 1 if index is None else tf.gather(tf.constant(DCT_RATIOS, tf.int32), index)
+            s = tf.shape(img)
+            oy, ox, ch, cw, box = window_box(window, r, s[0], s[1])
+            img = img[oy:oy + ch, ox:ox + cw]
             img.set_shape([None, None, self.channels])
-            return img, tf.constant("")
+            return (img, tf.constant("")) + ((box,) if with_box else ())
 
         return bmp_lib.unlowered_case(tf.cast(tf.logical_not(too_big), tf.int32),
                                       [refuse, oriented])
@@ -946,19 +987,21 @@ class Decoder:
             special = too_big | (o > 1)
 
         def fast():
-            img = self._jpeg_fast(contents, h, w, window_fn, target)
+            out = self._jpeg_fast(contents, h, w, window_fn, target)
+            img, box = out if isinstance(out, tuple) else (out, None)
             img.set_shape([None, None, self.channels])
-            return img, tf.constant("")
+            return (img, tf.constant("")) + (() if box is None else (box,))
 
         def rare():
             return self._jpeg_special(contents, h, w, too_big, o, window_fn, target)
 
-        img, reason = tf.cond(special, rare, fast)
-        img.set_shape([None, None, self.channels])
-        return img, reason
+        out = tf.cond(special, rare, fast)
+        out[0].set_shape([None, None, self.channels])
+        return out
 
     # -------------------------------------------------------------- entry
-    def decode(self, contents, window_fn: Optional[Callable] = None, target=None):
+    def decode(self, contents, window_fn: Optional[Callable] = None, target=None,
+               with_box: bool = False):
         """Encoded bytes -> (uint8 image [h, w, channels], reason: str scalar, "" when good).
 
         Args:
@@ -973,6 +1016,15 @@ class Decoder:
                 ``ceil(w / r)`` pixels (a window: each of its offsets and sides
                 floor-divided by ``r``). Not the pixels of a full decode +
                 resize (a different filter, closer to an antialiased resize).
+                With a window, the reduced pixels that cover it are returned
+                (its edges need not fall on the reduced grid): ``with_box``
+                says where the window lies in them.
+            with_box: also return ``box``, float32 ``[4]`` (offset_y,
+                offset_x, height, width) of the asked window in the returned
+                image's pixels (the whole image when there is no window or
+                no target); ``transform.resize_box`` resamples exactly it.
+
+        Returns (image, reason), or (image, reason, box) with ``with_box``.
 
         Faults found before decoding (unknown format, a header over
         ``max_pixels``, a format with no decoder here) give a reason and a
@@ -988,20 +1040,26 @@ class Decoder:
         """
         words = header_words(contents)
         c = self.channels
+        boxed = window_fn is not None and target is not None
 
         def jpeg():
             return self._jpeg_path(contents, words, window_fn, target)
 
         def others():
             if not self.others_in_graph and not tf.executing_eagerly():
-                return bmp_lib.unlowered_case(tf.constant(0), [
+                out = bmp_lib.unlowered_case(tf.constant(0), [
                     lambda: self._others_from_python(contents, window_fn)])
-            return bmp_lib.unlowered_case(tf.constant(0), [
-                lambda: self._others(contents, window_fn)])
+            else:
+                out = bmp_lib.unlowered_case(tf.constant(0), [
+                    lambda: self._others(contents, window_fn)])
+            return (out[0], out[1]) + ((whole_box(out[0]),) if boxed else ())
 
-        img, reason = tf.cond(is_jpeg(words), jpeg, others)
+        out = tf.cond(is_jpeg(words), jpeg, others)
+        img, reason = out[0], out[1]
         img.set_shape([None, None, c])
-        return img, reason
+        if not with_box:
+            return img, reason
+        return img, reason, out[2] if boxed else whole_box(img)
 
     def _others_from_python(self, contents, window_fn):
         """Rare path of a JPEG-only graph (``others_in_graph=False``): a file that

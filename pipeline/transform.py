@@ -135,3 +135,56 @@ def resize(image, size, mode="stretch", interpolation="bilinear", antialias: boo
     out = to_uint8(out, convex=interpolation in CONVEX and not antialias)
     out.set_shape([th, tw, image.shape[-1]])
     return out
+
+
+# tf.image.resize's methods as ScaleAndTranslate kernels (what tf.image.resize
+# runs with antialias=True); "nearest" and "area" have none.
+_KERNELS = {"bilinear": "triangle", "bicubic": "keyscubic", "lanczos3": "lanczos3",
+            "lanczos5": "lanczos5", "gaussian": "gaussian", "mitchellcubic": "mitchellcubic"}
+
+
+def resize_box(image, box, size, interpolation="bilinear", antialias: bool = False):
+    """Resamples the window ``box`` of ``image`` to ``size``, at sub-pixel precision.
+
+    The window of a crop decoded at a reduced DCT scale rarely falls on the
+    reduced pixel grid (``decode.window_box``): slicing it to whole pixels would
+    shift the output by up to a reduced pixel (measured: 5 dB lost against the
+    reference). This samples exactly the window, as ``tf.image.resize`` of the
+    window would at full scale: ``tf.raw_ops.ScaleAndTranslate`` (the op of
+    ``tf.image.resize(antialias=True)``) with the method's kernel. A box that
+    is the whole image takes ``tf.image.resize`` itself (the same pixels as
+    ``resize``, and cheaper). "nearest" and "area" (no such kernel) take the
+    window rounded to whole pixels.
+
+    Args:
+        image: uint8 [h, w, c].
+        box: float32 [4], (offset_y, offset_x, height, width) in pixels.
+        size: (height, width) ints.
+        interpolation: a ``tf.image.resize`` method name.
+        antialias: ``tf.image.resize``'s ``antialias``.
+
+    Returns:
+        uint8 [height, width, c].
+    """
+    th, tw = size
+    s = tf.cast(tf.shape(image)[:2], tf.float32)
+    whole = tf.reduce_all(tf.equal(box, tf.concat([[0.0, 0.0], s], 0)))
+    kernel = _KERNELS.get(interpolation)
+
+    def plain():
+        return resize(image, size, "stretch", interpolation, antialias)
+
+    def part():
+        if kernel is None:
+            oy, ox, ch, cw = tf.unstack(tf.cast(tf.round(box), tf.int32))
+            return resize(image[oy:oy + tf.maximum(ch, 1), ox:ox + tf.maximum(cw, 1)], size,
+                          "stretch", interpolation, antialias)
+        scale = tf.constant([th, tw], tf.float32) / box[2:]
+        out = tf.raw_ops.ScaleAndTranslate(
+            images=tf.cast(image, tf.float32)[None], size=tf.constant([th, tw], tf.int32),
+            scale=scale, translation=-box[:2] * scale, kernel_type=kernel, antialias=antialias)
+        return to_uint8(out[0])
+
+    out = tf.cond(whole, plain, part)
+    out.set_shape([th, tw, image.shape[-1]])
+    return out
