@@ -853,16 +853,18 @@ class Decoder:
         taken from 2.4x on (``DCT_HALF_FROM``, 12/5: from 2x to about 2.3x a full
         decode + bilinear resize is the closer one to an antialiased resize,
         measured in ``benchmarks/resize_quality.py``)."""
-        th, tw = (tf.constant(int(t), tf.int64) for t in target)
-        h, w = tf.cast(height, tf.int64), tf.cast(width, tf.int64)
-        up = 1 if ceil else 0
-        num, den = DCT_HALF_FROM  # (a fraction: exact in int64)
-        steps = [(den * h >= num * th) & (den * w >= num * tw)]
-        for r in DCT_RATIOS[2:]:
-            d = min(r, 8)  # 1/16: the 1/8 scale, halved
-            hs, ws = (h + up * (d - 1)) // d // (r // d), (w + up * (d - 1)) // d // (r // d)
-            steps.append((hs >= th) & (ws >= tw))
-        return tf.add_n([tf.cast(x, tf.int32) for x in steps])
+        # one row per reduction (1/2, 1/4, 1/8, 1/16): the scaled side is
+        # (side * p + a) // q -- 5 side // 12 >= t is "side >= 2.4 t"; ceil(side / 8)
+        # // 2 >= t is (side + 7) // 16 >= t -- seven ops, whatever the rows
+        num, den = DCT_HALF_FROM
+        rows = np.array([[den, 0, num]] + [
+            [1, (r - 1) if ceil else 0, r] for r in DCT_RATIOS[2:]], np.int64)
+        if ceil:
+            rows[-1, 1] = 7  # 1/16: ceil(side / 8) // 2, as _halve gives it
+        sides = tf.cast(tf.stack([height, width]), tf.int64)
+        scaled = (sides[None] * rows[:, :1] + rows[:, 1:2]) // rows[:, 2:]
+        fits = tf.reduce_all(scaled >= np.array([target], np.int64), axis=1)
+        return tf.reduce_sum(tf.cast(fits, tf.int32))
 
     def _jpeg_scaled(self, contents, index, window=None, height=None, width=None):
         """A JPEG decoded at scale ``1 / DCT_RATIOS[index]`` (one lowered switch:
