@@ -182,8 +182,11 @@ class Stages:
     def __call__(self, contents, seed):
         opts, aug, size = self.opts, self.opts.augment, self.opts.image_size
         fast = opts.fast_jpeg
-        # reduced-scale (DCT) decoding to at least the output size (None: full scale)
-        target = size if fast and opts.jpeg_dct_scaling and size is not None else None
+        # reduced-scale (DCT) decoding to at least the output size (None: full scale);
+        # not for "pad", whose content size is rounded from the decoded size (a
+        # reduced one would move the content by a pixel)
+        target = size if (fast and opts.jpeg_dct_scaling and size is not None
+                          and opts.resize != "pad") else None
         if self.augment_here and aug.random_resized_crop is not None:
             window = (lambda shape: aug.crop_window(shape, seed)) if fast else None
             if window is not None and target is not None:

@@ -155,8 +155,9 @@ class ImageOptions:
             full decode it is closer than a full decode + bilinear resize
             (docs/resize.md). False: full-scale decode, the pixels of Keras'
             ``image_dataset_from_directory`` (full decode + resize). Applies
-            with an ``image_size`` and ``fast_jpeg=True``; EXIF-rotated files
-            take their displayed size.
+            with an ``image_size`` and ``fast_jpeg=True``, to every resize mode
+            but "pad" (decoded at full scale: its content size is rounded from
+            the decoded size); EXIF-rotated files take their displayed size.
         antialias: bool (default False): ``tf.image.resize``'s ``antialias``
             (as ``keras.layers.Resizing``): a reducing resize widens its filter
             by the reduction, the reference quality, at about 4x the CPU of
