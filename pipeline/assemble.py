@@ -168,10 +168,14 @@ class Stages:
 
     Picks the fast JPEG paths: with ``augment.random_resized_crop`` the crop
     window comes from the header and seed, and only it is decoded; with
-    ``resize="crop"`` or ``"center_crop"`` the centre window likewise. Both give exactly the
-    pixels of ``fast_jpeg=False`` (decode whole, then crop), which turns them
-    off. Augmentation runs here
-    unless a cache sits in between (then after it, fresh each epoch).
+    ``resize="crop"`` or ``"center_crop"`` the centre window likewise. At full
+    scale both give exactly the pixels of ``fast_jpeg=False`` (decode whole,
+    then crop), which turns them off. With ``jpeg_dct_scaling`` (default) a
+    JPEG, or its window, is decoded at the largest reduced scale that keeps it
+    at least ``image_size`` (``decode.Decoder.dct_ratio_index``); a window is
+    then resampled exactly from the reduced pixels that cover it
+    (``transform.resize_box``). Augmentation runs here unless a cache sits in
+    between (then after it, fresh each epoch).
     """
 
     def __init__(self, opts, decoder: decode_lib.Decoder):
