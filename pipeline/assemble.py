@@ -168,10 +168,14 @@ class Stages:
 
     Picks the fast JPEG paths: with ``augment.random_resized_crop`` the crop
     window comes from the header and seed, and only it is decoded; with
-    ``resize="crop"`` or ``"center_crop"`` the centre window likewise. Both give exactly the
-    pixels of ``fast_jpeg=False`` (decode whole, then crop), which turns them
-    off. Augmentation runs here
-    unless a cache sits in between (then after it, fresh each epoch).
+    ``resize="crop"`` or ``"center_crop"`` the centre window likewise. At full
+    scale both give exactly the pixels of ``fast_jpeg=False`` (decode whole,
+    then crop), which turns them off. With ``jpeg_dct_scaling`` (default) a
+    JPEG, or its window, is decoded at the largest reduced scale that keeps it
+    at least ``image_size`` (``decode.Decoder.dct_ratio_index``); a window is
+    then resampled exactly from the reduced pixels that cover it
+    (``transform.resize_box``). Augmentation runs here unless a cache sits in
+    between (then after it, fresh each epoch).
     """
 
     def __init__(self, opts, decoder: decode_lib.Decoder):
@@ -182,22 +186,37 @@ class Stages:
     def __call__(self, contents, seed):
         opts, aug, size = self.opts, self.opts.augment, self.opts.image_size
         fast = opts.fast_jpeg
+        # reduced-scale (DCT) decoding to at least the output size (None: full scale);
+        # not for "pad", whose content size is rounded from the decoded size (a
+        # reduced one would move the content by a pixel)
+        target = size if (fast and opts.jpeg_dct_scaling and size is not None
+                          and opts.resize != "pad") else None
         if self.augment_here and aug.random_resized_crop is not None:
             window = (lambda shape: aug.crop_window(shape, seed)) if fast else None
-            image, reason = self.decoder.decode(contents, window_fn=window)
-            return aug(image, seed, output_size=size, crop_done=window is not None), reason
+            if window is not None and target is not None:
+                # the crop resized here, exactly (sub-pixel), then augmented
+                image, reason, box = self.decoder.decode(contents, window_fn=window,
+                                                         target=target, with_box=True)
+                image = transform.resize_box(image, box, size, aug.interpolation, opts.antialias)
+            else:
+                image, reason = self.decoder.decode(contents, window_fn=window)
+            return aug(image, seed, output_size=size, crop_done=window is not None,
+                       antialias=opts.antialias), reason
         if size is not None and opts.resize in transform.WINDOW_MODES and fast:
             th, tw = size
             window = transform.WINDOW_MODES[opts.resize]
-            image, reason = self.decoder.decode(
-                contents, window_fn=lambda s: window(s[0], s[1], th, tw))
-            image = transform.resize(image, size, "stretch", opts.interpolation)
+            window_fn = lambda s: window(s[0], s[1], th, tw)
+            if target is not None:
+                image, reason, box = self.decoder.decode(contents, window_fn=window_fn,
+                                                         target=target, with_box=True)
+                image = transform.resize_box(image, box, size, opts.interpolation,
+                                             opts.antialias)
+            else:
+                image, reason = self.decoder.decode(contents, window_fn=window_fn)
+                image = transform.resize(image, size, "stretch", opts.interpolation,
+                                         opts.antialias)
         else:
-            # No reduced-scale (DCT) decoding (``target``): it is a different
-            # filter from a full decode + resize, up to ~200 levels apart at
-            # edges on real photos, for every interpolation and at one DCT step
-            # finer too, where issue #12 allows 1 (tests/test_fastpaths.py).
-            image, reason = self.decoder.decode(contents)
+            image, reason = self.decoder.decode(contents, target=target)
             image = self.finish(image, seed, augment=False)
         if self.augment_here:
             image = aug(image, seed)
@@ -207,11 +226,13 @@ class Stages:
         """The stages after a whole decode: resize, then augment (for diagnosis)."""
         opts = self.opts
         if opts.image_size is not None:
-            image = transform.resize(image, opts.image_size, opts.resize, opts.interpolation)
+            image = transform.resize(image, opts.image_size, opts.resize, opts.interpolation,
+                                     opts.antialias)
         if augment and opts.augment is not None:
             seed = tf.constant([0, 0], tf.int64) if seed is None else seed
             if opts.augment.random_resized_crop is not None:
-                return opts.augment(image, seed, output_size=opts.image_size)
+                return opts.augment(image, seed, output_size=opts.image_size,
+                                    antialias=opts.antialias)
             image = opts.augment(image, seed)
         return image
 
@@ -338,6 +359,8 @@ def cache_file(opts, source) -> str:
     parts = ["elements v2: decoded, before the guard", opts.image_size, opts.resize,
              opts.interpolation, opts.channels, opts.label_mode, opts.exif_orientation,
              opts.max_pixels, opts.fast_jpeg, (opts.num_pipelines, opts.pipeline_id)]
+    if opts.jpeg_dct_scaling or opts.antialias:  # (old caches keep their fingerprint)
+        parts.append(("jpeg_dct_scaling", opts.jpeg_dct_scaling, "antialias", opts.antialias))
     h.update(repr(parts).encode())
     if isinstance(source, Records):
         h.update(repr((source.files, source.counts)).encode())

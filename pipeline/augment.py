@@ -368,7 +368,7 @@ class Augment:
         return tf.reshape(m, [9])[:8]
 
     def __call__(self, image, seed, output_size: Optional[Sequence[int]] = None,
-                 crop_done: bool = False):
+                 crop_done: bool = False, antialias: bool = False):
         """Augments one image.
 
         Args:
@@ -382,7 +382,11 @@ class Augment:
             crop_done: True when ``image`` already is the window
                 ``crop_window(full_shape, seed)`` (crop-before-decode); the
                 crop is then skipped and only the resize and the other ops
-                run, with the same sub-seeds.
+                run, with the same sub-seeds (the resize too when the window
+                already has the static size ``output_size``).
+            antialias: the crop's resize filters when it reduces
+                (``tf.image.resize``'s ``antialias``; the factories pass their
+                ``antialias`` option).
 
         Returns:
             uint8 [height, width, channels] (``output_size`` when given),
@@ -418,9 +422,11 @@ class Augment:
             if not crop_done:
                 oy, ox, ch, cw = self.crop_window(tf.shape(image), seed)
                 image = image[oy:oy + ch, ox:ox + cw]
-            image = transform.to_uint8(tf.image.resize(
-                image, size, method=self.interpolation),
-                convex=self.interpolation in transform.CONVEX)
+            if not (crop_done and output_size is not None
+                    and tuple(image.shape[:2]) == tuple(size)):  # (already resized: skip)
+                image = transform.to_uint8(tf.image.resize(
+                    image, size, method=self.interpolation, antialias=antialias),
+                    convex=self.interpolation in transform.CONVEX and not antialias)
             if output_size is not None:
                 image.set_shape([size[0], size[1], channels])
         elif output_size is not None:

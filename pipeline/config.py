@@ -141,10 +141,27 @@ class ImageOptions:
             Where that device does not exist (e.g. no GPU), it is left out
             and one warning per device name says so.
         fast_jpeg: bool (default True): crop-before-decode of JPEGs for
-            ``resize="crop"`` and random resized crops (only the window is
-            decoded); it gives exactly the pixels of decoding whole, then
-            cropping (tests/test_fastpaths.py). Reduced-scale (DCT) decoding
-            is not used: it is a different filter, tens of levels off.
+            ``resize="crop"``, ``"center_crop"`` and random resized crops (only
+            the window is decoded); it gives exactly the pixels of decoding
+            whole, then cropping (tests/test_fastpaths.py). False: every JPEG
+            is decoded whole at full scale, then cropped and resized (the
+            reference path; ``jpeg_dct_scaling`` has no effect).
+        jpeg_dct_scaling: bool (default True): a JPEG is decoded at the
+            largest of libjpeg's DCT scales 1/2, 1/4, 1/8 that keeps the decoded
+            image (or its crop window) at least ``image_size`` in both sides,
+            then resized the rest of the way (``tf.io.decode_jpeg``'s
+            ``ratio``). Decoding fewer pixels is faster, and the DCT scaling is
+            an anti-aliasing pre-filter: against an antialiased resize of the
+            full decode it is closer than a full decode + bilinear resize
+            (docs/resize.md). False: full-scale decode, the pixels of Keras'
+            ``image_dataset_from_directory`` (full decode + resize). Applies
+            with an ``image_size`` and ``fast_jpeg=True``, to every resize mode
+            but "pad" (decoded at full scale: its content size is rounded from
+            the decoded size); EXIF-rotated files take their displayed size.
+        antialias: bool (default False): ``tf.image.resize``'s ``antialias``
+            (as ``keras.layers.Resizing``): a reducing resize widens its filter
+            by the reduction, the reference quality, at about 4x the CPU of
+            a plain bilinear resize (less after DCT scaling).
         augment: None or a ``pipeline.Augment`` (random ops, seeded, in graph).
         input_context: a ``tf.distribute.InputContext``: this input pipeline's
             share of the elements (exactly once across pipelines); each
@@ -188,6 +205,8 @@ class ImageOptions:
     threadpool_size: Optional[int] = None
     prefetch_to_device: Optional[str] = None
     fast_jpeg: bool = True
+    jpeg_dct_scaling: bool = True
+    antialias: bool = False
     augment: Any = None
     input_context: Any = None
     service: Optional[str] = None
@@ -339,8 +358,8 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
             f"{factory} gives one class per file: use label_mode 'int', 'categorical', "
             "'binary' or None (multi-label and float targets come from from_manifest). "
             f"{r('label_mode', o['label_mode'])}")
-    for name in ("shuffle", "exif_orientation", "fast_jpeg", "autotune", "drop_remainder",
-                 "include_paths", "augment_validation"):
+    for name in ("shuffle", "exif_orientation", "fast_jpeg", "jpeg_dct_scaling", "antialias",
+                 "autotune", "drop_remainder", "include_paths", "augment_validation"):
         o[name] = checks.check_bool(name, o[name])
     ctx = o["input_context"]
     if ctx is not None and not (hasattr(ctx, "num_input_pipelines")

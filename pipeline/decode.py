@@ -21,8 +21,13 @@ shards), so a file gives the same pixels whatever the source.
 * The fast JPEG path (crop-before-decode with ``decode_and_crop_jpeg``)
   applies to files whose orientation is 1 and gives exactly the pixels of
   decode-then-crop; a rotated file is decoded, rotated, then cropped.
-  Reduced-scale DCT decoding (``target``) is a different filter from a full
-  decode + resize, so the pipeline does not use it (issue #12).
+* Reduced-scale DCT decoding (``target``): libjpeg's IDCT at 1/2, 1/4 or 1/8
+  scale (``ratio``), the largest that keeps the image, or the crop window, at
+  least the caller's target size (from the header: a choice per element,
+  one lowered ``tf.switch_case`` over the four ratios). A rotated file takes
+  its displayed size. Not the pixels of a full decode + resize: a better
+  pre-filter (closer to an antialiased resize of the full decode; see
+  ``tests/test_dct_scaling.py``).
 * BMP: plain 24-bit files by ``tf.io.decode_bmp``; the other variants
   (palettes, RLE4/RLE8, 16/32-bit, bit fields, OS/2, v4/v5 headers,
   top-down) by ``pipeline.bmp``, a graph-op decoder checked against Pillow.
@@ -168,6 +173,44 @@ def _u16(b, i, little):
 def _u32(b, i, little):
     """Unsigned 32-bit field at byte ``i`` of int64 bytes ``b`` (``_uint``)."""
     return _uint(b, i, 4, little)
+
+
+# Reduced decoding scales: libjpeg's DCT scaling (``tf.io.decode_jpeg``'s ``ratio``)
+# 1/1, 1/2, 1/4, 1/8, and 1/16 as 1/8 then a 2x2 box average (``_halve``).
+DCT_RATIOS = (1, 2, 4, 8, 16)
+DCT_HALF_FROM = (12, 5)  # 2.4: the 1/2 scale is taken from this reduction on
+
+
+def window_box(window, r, rows, cols):
+    """The pixels of an image reduced ``r``-fold (``rows`` x ``cols``) that cover
+    ``window`` = (oy, ox, h, w) of the full image: (y0, x0, h, w) int32 in the
+    reduced grid, and box, float32 [4]: the window's offset and size in units
+    of those reduced pixels, from their corner (exact; integers when ``r``
+    is 1)."""
+    oy, ox, ch, cw = (tf.cast(v, tf.int32) for v in window)
+    y0, x0 = oy // r, ox // r
+    y1 = tf.minimum((oy + ch + r - 1) // r, rows)
+    x1 = tf.minimum((ox + cw + r - 1) // r, cols)
+    f = lambda v: tf.cast(v, tf.float32)
+    rf = f(r)
+    box = tf.stack([f(oy) / rf - f(y0), f(ox) / rf - f(x0), f(ch) / rf, f(cw) / rf])
+    return y0, x0, y1 - y0, x1 - x0, box
+
+
+def whole_box(image):
+    """The box (``window_box``) of a whole image: float32 [0, 0, height, width]."""
+    s = tf.cast(tf.shape(image)[:2], tf.float32)
+    return tf.concat([[0.0, 0.0], s], 0)
+
+
+def _halve(image, ratio: int):
+    """uint8 [h, w, 3] -> [h // 2, w // 2, 3] by 2x2 box averages when ``ratio`` is
+    16 (the 1/8 DCT scale halved: no aliasing left for the resize after it); the
+    image as it is otherwise."""
+    if ratio <= 8:
+        return image
+    half = tf.shape(image)[:2] // 2
+    return tf.cast(tf.image.resize(image, half, method="area") + 0.5, tf.uint8)
 
 
 EXIF_SEGMENTS = 8   # APPn segments walked looking for the EXIF block
@@ -795,15 +838,60 @@ class Decoder:
         """JPEG -> uint8 [h, w, channels] (libjpeg always gives RGB: it converts
         gray, YCbCr and Adobe CMYK/YCCK; asking it for 1 channel fails on CMYK)."""
         if window is not None:
-            img = tf.io.decode_and_crop_jpeg(contents, tf.stack(window), channels=3)
+            img = tf.io.decode_and_crop_jpeg(contents, tf.stack(window), channels=3,
+                                             ratio=ratio)
         else:
             img = tf.io.decode_jpeg(contents, channels=3, ratio=ratio)
         return from_rgb(img, self.channels)
 
-    def _jpeg_window(self, contents, h, w, window_fn):
-        """Crop-before-decode of a JPEG displayed as stored (orientation 1)."""
-        shape = tf.stack([tf.cast(h, tf.int32), tf.cast(w, tf.int32), tf.constant(3)])
-        oy, ox, ch, cw = window_fn(shape)
+    @staticmethod
+    def dct_ratio_index(height, width, target, ceil: bool):
+        """Which reduced scale (int32 scalar, an index into ``DCT_RATIOS``) keeps
+        ``height`` x ``width`` pixels (a whole image: ``ceil``, as libjpeg rounds
+        its scaled size up; a window: floor) at least ``target`` = (height,
+        width) in both sides: the largest such reduction, except that 1/2 is
+        taken from 2.4x on (``DCT_HALF_FROM``, 12/5: from 2x to about 2.3x a full
+        decode + bilinear resize is the closer one to an antialiased resize,
+        measured in ``benchmarks/resize_quality.py``)."""
+        # one row per reduction (1/2, 1/4, 1/8, 1/16): the scaled side is
+        # (side * p + a) // q -- 5 side // 12 >= t is "side >= 2.4 t"; ceil(side / 8)
+        # // 2 >= t is (side + 7) // 16 >= t -- seven ops, whatever the rows
+        num, den = DCT_HALF_FROM
+        rows = np.array([[den, 0, num]] + [
+            [1, (r - 1) if ceil else 0, r] for r in DCT_RATIOS[2:]], np.int64)
+        if ceil:
+            rows[-1, 1] = 7  # 1/16: ceil(side / 8) // 2, as _halve gives it
+        sides = tf.cast(tf.stack([height, width]), tf.int64)
+        scaled = (sides[None] * rows[:, :1] + rows[:, 1:2]) // rows[:, 2:]
+        fits = tf.reduce_all(scaled >= np.array([target], np.int64), axis=1)
+        return tf.reduce_sum(tf.cast(fits, tf.int32))
+
+    def _jpeg_scaled(self, contents, index, window=None, height=None, width=None):
+        """A JPEG decoded at scale ``1 / DCT_RATIOS[index]`` (one lowered switch:
+        ``ratio`` is an attribute of the decode op; 1/16 is libjpeg's 1/8 then
+        a 2x2 box average). Whole (``index=None``: full scale, no switch), or
+        only ``window`` = (oy, ox, h, w) in full-size pixels of an image
+        ``height`` x ``width``: then (image, box), the reduced pixels that
+        cover the window and the window in their units (``window_box``)."""
+        if window is None and index is None:
+            return self._jpeg(contents)
+        if window is None:
+            img = tf.switch_case(index, [
+                (lambda r=r: _halve(tf.io.decode_jpeg(contents, channels=3, ratio=min(r, 8)), r))
+                for r in DCT_RATIOS])
+            return from_rgb(img, self.channels)
+        if index is None:
+            r, d = 1, 1
+        else:
+            r = tf.gather(tf.constant(DCT_RATIOS, tf.int32), index)
+            d = tf.gather(tf.constant([min(r, 8) for r in DCT_RATIOS], tf.int32), index)
+        m = r // d  # 2 at 1/16 (decoded at 1/8, then halved), else 1
+        rows = (tf.cast(height, tf.int32) + d - 1) // d // m
+        cols = (tf.cast(width, tf.int32) + d - 1) // d // m
+        y0, x0, hh, ww, box = window_box(window, r, rows, cols)
+        # in the decoded (1/d) grid
+        oy, ox, ch, cw = y0 * m, x0 * m, hh * m, ww * m
+        wide = cols * m
         # libjpeg-turbo's cropped decode upsamples subsampled chroma (4:2:0,
         # 4:2:2: a triangle filter over the neighbouring chroma samples) at
         # the decoded columns' edges as if they were the image's: its first
@@ -812,37 +900,69 @@ class Decoder:
         # #12). One more column on such a side (clamped to the image) gives
         # every window pixel its real neighbours; the slice trims it and is
         # a no-copy identity when nothing was added.
-        x0 = tf.where((ox % 8 == 0) & (ox > 0), ox - 1, ox)
-        x1 = ox + cw + tf.cast(((ox + cw) % 2 == 0) & (ox + cw < shape[1]), tf.int32)
-        return self._jpeg(contents, window=(oy, x0, ch, x1 - x0))[:, ox - x0:ox - x0 + cw]
+        xa = tf.where((ox % 8 == 0) & (ox > 0), ox - 1, ox)
+        xb = ox + cw + tf.cast(((ox + cw) % 2 == 0) & (ox + cw < wide), tf.int32)
+        if index is None:
+            img = self._jpeg(contents, window=(oy, xa, ch, xb - xa))[:, ox - xa:ox - xa + cw]
+            return img, box
+        crop = tf.stack([oy, xa, ch, xb - xa])
+        img = tf.switch_case(index, [
+            (lambda r=r: _halve(tf.io.decode_and_crop_jpeg(
+                contents, crop, channels=3, ratio=min(r, 8))[:, ox - xa:ox - xa + cw], r))
+            for r in DCT_RATIOS])
+        return from_rgb(img, self.channels), box
 
     def _jpeg_fast(self, contents, h, w, window_fn, target):
-        """A JPEG displayed as stored: the window only, or at a reduced DCT scale, or whole."""
-        if window_fn is not None:
-            return self._jpeg_window(contents, h, w, window_fn)
-        if target is None:
+        """A JPEG displayed as stored: the window only, at the largest DCT scale
+        that keeps it (or the whole image) at least ``target``, or whole. With
+        a window and a target: (image, box) (``_jpeg_scaled``)."""
+        if window_fn is None and target is None:
             return self._jpeg(contents)
-        need = tf.cast(max(target), tf.int64)
-        small = tf.minimum(h, w)
-        index = tf.add_n([tf.cast(small >= r * need, tf.int32) for r in (2, 4, 8)])
-        return tf.switch_case(index, [(lambda r=r: self._jpeg(contents, ratio=r))
-                                      for r in (1, 2, 4, 8)])
+        if window_fn is None:
+            return self._jpeg_scaled(contents, self.dct_ratio_index(h, w, target, ceil=True))
+        shape = tf.stack([tf.cast(h, tf.int32), tf.cast(w, tf.int32), tf.constant(3)])
+        window = window_fn(shape)
+        index = (None if target is None
+                 else self.dct_ratio_index(window[2], window[3], target, ceil=False))
+        img, box = self._jpeg_scaled(contents, index, window, h, w)
+        return img if target is None else (img, box)
 
-    def _jpeg_special(self, contents, h, w, too_big, orientation, window_fn):
+    def _jpeg_special(self, contents, h, w, too_big, orientation, window_fn, target):
         """The rare JPEGs: a header over ``max_pixels`` (refused), or an EXIF
-        orientation other than 1 (decoded whole, oriented, then cropped). One
-        function call (``bmp.unlowered_case``) that runs only the branch taken."""
+        orientation other than 1 (decoded whole, at the DCT scale the displayed
+        image or window allows, oriented, then cropped). One function call
+        (``bmp.unlowered_case``) that runs only the branch taken."""
+        with_box = window_fn is not None and target is not None
+        boxed = (lambda img: (whole_box(img),)) if with_box else (lambda img: ())
+
         def refuse():
-            return self.placeholder(), tf.strings.format(
-                "header claims {}x{} pixels > max_pixels={}", (w, h, self.max_pixels))
+            img = self.placeholder()
+            return (img, tf.strings.format(
+                "header claims {}x{} pixels > max_pixels={}", (w, h, self.max_pixels))) + boxed(img)
 
         def oriented():
-            img = apply_orientation(self._jpeg(contents), orientation)
+            o = tf.cast(orientation, tf.int32)
+            swap = (o >= 5) & (o <= 8)  # transposed: displayed height is the stored width
+            dh, dw = tf.where(swap, w, h), tf.where(swap, h, w)
+            window = None
             if window_fn is not None:
-                oy, ox, ch, cw = window_fn(tf.shape(img))
-                img = img[oy:oy + ch, ox:ox + cw]
+                window = window_fn(tf.cast(tf.stack([dh, dw, 3]), tf.int32))
+            if target is None:
+                index = None
+            elif window is None:
+                index = self.dct_ratio_index(dh, dw, target, ceil=True)
+            else:
+                index = self.dct_ratio_index(window[2], window[3], target, ceil=False)
+            img = apply_orientation(self._jpeg_scaled(contents, index), orientation)
+            if window is None:
+                img.set_shape([None, None, self.channels])
+                return (img, tf.constant("")) + boxed(img)
+            r = 1 if index is None else tf.gather(tf.constant(DCT_RATIOS, tf.int32), index)
+            s = tf.shape(img)
+            oy, ox, ch, cw, box = window_box(window, r, s[0], s[1])
+            img = img[oy:oy + ch, ox:ox + cw]
             img.set_shape([None, None, self.channels])
-            return img, tf.constant("")
+            return (img, tf.constant("")) + ((box,) if with_box else ())
 
         return bmp_lib.unlowered_case(tf.cast(tf.logical_not(too_big), tf.int32),
                                       [refuse, oriented])
@@ -869,19 +989,21 @@ class Decoder:
             special = too_big | (o > 1)
 
         def fast():
-            img = self._jpeg_fast(contents, h, w, window_fn, target)
+            out = self._jpeg_fast(contents, h, w, window_fn, target)
+            img, box = out if isinstance(out, tuple) else (out, None)
             img.set_shape([None, None, self.channels])
-            return img, tf.constant("")
+            return (img, tf.constant("")) + (() if box is None else (box,))
 
         def rare():
-            return self._jpeg_special(contents, h, w, too_big, o, window_fn)
+            return self._jpeg_special(contents, h, w, too_big, o, window_fn, target)
 
-        img, reason = tf.cond(special, rare, fast)
-        img.set_shape([None, None, self.channels])
-        return img, reason
+        out = tf.cond(special, rare, fast)
+        out[0].set_shape([None, None, self.channels])
+        return out
 
     # -------------------------------------------------------------- entry
-    def decode(self, contents, window_fn: Optional[Callable] = None, target=None):
+    def decode(self, contents, window_fn: Optional[Callable] = None, target=None,
+               with_box: bool = False):
         """Encoded bytes -> (uint8 image [h, w, channels], reason: str scalar, "" when good).
 
         Args:
@@ -889,12 +1011,22 @@ class Decoder:
             window_fn: optional ``f(shape [3] int32) -> (offset_y, offset_x,
                 height, width)``, pixels: only that window of the displayed
                 (oriented) image is returned; JPEGs decode only it.
-            target: optional (height, width) the caller resizes to: a JPEG at
-                least 2x, 4x or 8x larger in both sides is decoded at that
-                reduced scale (libjpeg's DCT scaling), leaving less to resize.
-                Approximate: a different filter from a full decode + resize
-                (tens of levels apart at edges for every interpolation), so
-                the pipeline never passes it (issue #12).
+            target: optional (height, width) the caller resizes to: a JPEG
+                (or its window) at least 2x, 4x or 8x larger in both sides is
+                decoded at that reduced scale (libjpeg's DCT scaling), leaving
+                less to resize: the result is then ``ceil(h / r)`` x
+                ``ceil(w / r)`` pixels (a window: each of its offsets and sides
+                floor-divided by ``r``). Not the pixels of a full decode +
+                resize (a different filter, closer to an antialiased resize).
+                With a window, the reduced pixels that cover it are returned
+                (its edges need not fall on the reduced grid): ``with_box``
+                says where the window lies in them.
+            with_box: also return ``box``, float32 ``[4]`` (offset_y,
+                offset_x, height, width) of the asked window in the returned
+                image's pixels (the whole image when there is no window or
+                no target); ``transform.resize_box`` resamples exactly it.
+
+        Returns (image, reason), or (image, reason, box) with ``with_box``.
 
         Faults found before decoding (unknown format, a header over
         ``max_pixels``, a format with no decoder here) give a reason and a
@@ -910,20 +1042,26 @@ class Decoder:
         """
         words = header_words(contents)
         c = self.channels
+        boxed = window_fn is not None and target is not None
 
         def jpeg():
             return self._jpeg_path(contents, words, window_fn, target)
 
         def others():
             if not self.others_in_graph and not tf.executing_eagerly():
-                return bmp_lib.unlowered_case(tf.constant(0), [
+                out = bmp_lib.unlowered_case(tf.constant(0), [
                     lambda: self._others_from_python(contents, window_fn)])
-            return bmp_lib.unlowered_case(tf.constant(0), [
-                lambda: self._others(contents, window_fn)])
+            else:
+                out = bmp_lib.unlowered_case(tf.constant(0), [
+                    lambda: self._others(contents, window_fn)])
+            return (out[0], out[1]) + ((whole_box(out[0]),) if boxed else ())
 
-        img, reason = tf.cond(is_jpeg(words), jpeg, others)
+        out = tf.cond(is_jpeg(words), jpeg, others)
+        img, reason = out[0], out[1]
         img.set_shape([None, None, c])
-        return img, reason
+        if not with_box:
+            return img, reason
+        return img, reason, out[2] if boxed else whole_box(img)
 
     def _others_from_python(self, contents, window_fn):
         """Rare path of a JPEG-only graph (``others_in_graph=False``): a file that

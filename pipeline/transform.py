@@ -76,7 +76,8 @@ def center_crop_window(height, width, target_height, target_width,
     return oy, ox, crop_h, crop_w
 
 
-def resize_with_pad(image, target_height: int, target_width: int, interpolation="bilinear"):
+def resize_with_pad(image, target_height: int, target_width: int, interpolation="bilinear",
+                    antialias: bool = False):
     """Fits ``image`` [h, w, c] into the target, centred, padded with zeros (float32 out).
 
     As ``tf.image.resize_with_pad``, in exact integer arithmetic: the side
@@ -91,7 +92,8 @@ def resize_with_pad(image, target_height: int, target_width: int, interpolation=
     by_width = w * th >= h * tw  # w / tw >= h / th: the width limits the scale
     rh = tf.where(by_width, tf.maximum(h * tw // w, 1), th)
     rw = tf.where(by_width, tw, tf.maximum(w * th // h, 1))
-    resized = tf.image.resize(image, tf.cast(tf.stack([rh, rw]), tf.int32), method=interpolation)
+    resized = tf.image.resize(image, tf.cast(tf.stack([rh, rw]), tf.int32), method=interpolation,
+                              antialias=antialias)
     return tf.image.pad_to_bounding_box(resized, tf.cast((th - rh) // 2, tf.int32),
                                         tf.cast((tw - rw) // 2, tf.int32),
                                         target_height, target_width)
@@ -101,7 +103,7 @@ def resize_with_pad(image, target_height: int, target_width: int, interpolation=
 WINDOW_MODES = {"crop": aspect_crop_window, "center_crop": center_crop_window}
 
 
-def resize(image, size, mode="stretch", interpolation="bilinear"):
+def resize(image, size, mode="stretch", interpolation="bilinear", antialias: bool = False):
     """Resizes a uint8 image to ``size`` = (height, width) pixels.
 
     Args:
@@ -112,6 +114,10 @@ def resize(image, size, mode="stretch", interpolation="bilinear"):
             zeros; see ``resize_with_pad``) or "center_crop" (the ImageNet
             evaluation window, ``center_crop_window``, then resize).
         interpolation: a ``tf.image.resize`` method name.
+        antialias: ``tf.image.resize``'s ``antialias``: when reducing, the
+            filter is widened by the reduction (as Pillow's reducing
+            filters), which removes aliasing at about 4x the cost of a
+            plain bilinear resize.
 
     Returns:
         uint8 [height, width, c].
@@ -122,9 +128,63 @@ def resize(image, size, mode="stretch", interpolation="bilinear"):
         oy, ox, ch, cw = WINDOW_MODES[mode](s[0], s[1], th, tw)
         image = image[oy:oy + ch, ox:ox + cw]
     if mode == "pad":
-        out = resize_with_pad(image, th, tw, interpolation)
+        out = resize_with_pad(image, th, tw, interpolation, antialias)
     else:
-        out = tf.image.resize(image, (th, tw), method=interpolation)
-    out = to_uint8(out, convex=interpolation in CONVEX)
+        out = tf.image.resize(image, (th, tw), method=interpolation, antialias=antialias)
+    # (an antialiased bilinear is a triangle filter: convex too, but kept clipped)
+    out = to_uint8(out, convex=interpolation in CONVEX and not antialias)
+    out.set_shape([th, tw, image.shape[-1]])
+    return out
+
+
+# tf.image.resize's methods as ScaleAndTranslate kernels (what tf.image.resize
+# runs with antialias=True); "nearest" and "area" have none.
+_KERNELS = {"bilinear": "triangle", "bicubic": "keyscubic", "lanczos3": "lanczos3",
+            "lanczos5": "lanczos5", "gaussian": "gaussian", "mitchellcubic": "mitchellcubic"}
+
+
+def resize_box(image, box, size, interpolation="bilinear", antialias: bool = False):
+    """Resamples the window ``box`` of ``image`` to ``size``, at sub-pixel precision.
+
+    The window of a crop decoded at a reduced DCT scale rarely falls on the
+    reduced pixel grid (``decode.window_box``): slicing it to whole pixels would
+    shift the output by up to a reduced pixel (measured: 5 dB lost against the
+    reference). This samples exactly the window, as ``tf.image.resize`` of the
+    window would at full scale: ``tf.raw_ops.ScaleAndTranslate`` (the op of
+    ``tf.image.resize(antialias=True)``) with the method's kernel. A box that
+    is the whole image takes ``tf.image.resize`` itself (the same pixels as
+    ``resize``, and cheaper). "nearest" and "area" (no such kernel) take the
+    window rounded to whole pixels.
+
+    Args:
+        image: uint8 [h, w, c].
+        box: float32 [4], (offset_y, offset_x, height, width) in pixels.
+        size: (height, width) ints.
+        interpolation: a ``tf.image.resize`` method name.
+        antialias: ``tf.image.resize``'s ``antialias``.
+
+    Returns:
+        uint8 [height, width, c].
+    """
+    th, tw = size
+    s = tf.cast(tf.shape(image)[:2], tf.float32)
+    whole = tf.reduce_all(tf.equal(box, tf.concat([[0.0, 0.0], s], 0)))
+    kernel = _KERNELS.get(interpolation)
+
+    def plain():
+        return resize(image, size, "stretch", interpolation, antialias)
+
+    def part():
+        if kernel is None:
+            oy, ox, ch, cw = tf.unstack(tf.cast(tf.round(box), tf.int32))
+            return resize(image[oy:oy + tf.maximum(ch, 1), ox:ox + tf.maximum(cw, 1)], size,
+                          "stretch", interpolation, antialias)
+        scale = tf.constant([th, tw], tf.float32) / box[2:]
+        out = tf.raw_ops.ScaleAndTranslate(
+            images=tf.cast(image, tf.float32)[None], size=tf.constant([th, tw], tf.int32),
+            scale=scale, translation=-box[:2] * scale, kernel_type=kernel, antialias=antialias)
+        return to_uint8(out[0])
+
+    out = tf.cond(whole, plain, part)
     out.set_shape([th, tw, image.shape[-1]])
     return out

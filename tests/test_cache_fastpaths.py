@@ -45,7 +45,9 @@ def _mad(a, b):
 
 @pytest.mark.parametrize("resize", ["crop", "stretch"])
 def test_fast_jpeg_paths_match_slow_path(photos, resize):
-    kw = dict(image_size=(96, 96), resize=resize, shuffle=False, batch_size=None)
+    # full-scale decoding on both sides (jpeg_dct_scaling: tests/test_dct_scaling.py)
+    kw = dict(image_size=(96, 96), resize=resize, shuffle=False, batch_size=None,
+              jpeg_dct_scaling=False)
     fast = np.stack([x for x, _ in pipeline.from_directory(photos, **kw).as_numpy_iterator()])
     slow = np.stack([x for x, _ in pipeline.from_directory(
         photos, fast_jpeg=False, **kw).as_numpy_iterator()])
@@ -56,7 +58,8 @@ def test_fast_jpeg_paths_match_slow_path(photos, resize):
 
 def test_random_resized_crop_fast_matches_slow(photos):
     aug = pipeline.Augment(random_resized_crop=True, horizontal_flip=True)
-    kw = dict(image_size=(64, 64), batch_size=None, seed=11, augment=aug, shuffle=False)
+    kw = dict(image_size=(64, 64), batch_size=None, seed=11, augment=aug, shuffle=False,
+              jpeg_dct_scaling=False)  # (reduced-scale windows: tests/test_dct_scaling.py)
     fast = np.stack([x for x, _ in pipeline.from_directory(photos, **kw).as_numpy_iterator()])
     slow = np.stack([x for x, _ in pipeline.from_directory(
         photos, fast_jpeg=False, **kw).as_numpy_iterator()])
@@ -196,7 +199,8 @@ def test_exif_ifd0_offset_is_unsigned_and_followed():
 
 def test_pad_fast_path_matches_slow_path(photos):
     """Found by a fresh-eyes user: DCT-scaled decoding shifted "pad" content by a
-    pixel. "pad" now decodes at full scale; fast and slow paths agree exactly."""
+    pixel. "pad" decodes at full scale (also with jpeg_dct_scaling, the default);
+    fast and slow paths agree exactly."""
     get = lambda fast: np.stack(list(pipeline.from_directory(
         photos, image_size=(64, 80), resize="pad", batch_size=None, shuffle=False,
         fast_jpeg=fast).map(lambda x, y: x).as_numpy_iterator()))

@@ -63,7 +63,9 @@ def test_same_window_and_pixels_as_the_reference():
 
 def test_crop_before_decode_equals_decode_then_crop(tmp_path):
     """The fast path (only the window is decoded) gives the slow path's pixels, for
-    JPEGs of every sample shape and for a PNG (no fast path)."""
+    JPEGs of every sample shape and for a PNG (no fast path); at full scale
+    (``jpeg_dct_scaling=False``: windows decoded reduced, at 96x160, are judged
+    against an antialiased reference in tests/test_dct_scaling.py)."""
     from PIL import Image
     paths = _photos()
     png = str(tmp_path / "x.png")
@@ -71,7 +73,7 @@ def test_crop_before_decode_equals_decode_then_crop(tmp_path):
     paths = paths + [png]
     get = lambda fast, size: np.stack(list(pipeline.from_paths(
         paths, image_size=size, resize="center_crop", batch_size=None, shuffle=False,
-        fast_jpeg=fast).as_numpy_iterator()))
+        fast_jpeg=fast, jpeg_dct_scaling=False).as_numpy_iterator()))
     for size in ((224, 224), (96, 160)):
         assert np.array_equal(get(True, size), get(False, size)), size
 

@@ -9,15 +9,15 @@ orientation 1, 6 or 8 -- is decoded by each fast path and by its slow path
 * crop-before-decode (``Decoder.decode(window_fn=...)``, ``decode_and_crop_jpeg``)
   against a whole decode then a slice, on windows whose edges fall on odd
   pixels, on 8/16-pixel MCU boundaries and on the image edges;
-* the same end to end: ``from_paths(fast_jpeg=True)`` against
-  ``fast_jpeg=False`` with ``resize="crop"`` and with
+* the same end to end: ``from_paths(fast_jpeg=True, jpeg_dct_scaling=False)``
+  against ``fast_jpeg=False`` with ``resize="crop"`` and with
   ``Augment(random_resized_crop=...)`` (same seed), and ``resize="stretch"``
-  at target sizes where a JPEG is 2x, 4x and 8x larger (where reduced-DCT
-  decoding was used: the pipeline no longer uses it);
+  at target sizes where a JPEG is 2x, 4x and 8x larger;
 * reduced-DCT decoding itself (``Decoder.decode(target=...)`` then resize)
   against a full decode then resize: a different filter, tens of levels
-  apart at edges, an expected (strict) failure that says why the pipeline
-  does not use it.
+  apart at edges, an expected (strict) failure: ``jpeg_dct_scaling`` (on by
+  default) is judged against an antialiased resize instead
+  (tests/test_dct_scaling.py), and ``jpeg_dct_scaling=False`` gives these pixels.
 
 One ``tf.function`` per configuration, called per file.
 """
@@ -159,7 +159,7 @@ def test_crop_before_decode_equals_decode_then_crop(files, name):
 
 def dct_target(size, ratio):
     """A (height, width) target for which a JPEG of ``size`` decodes at 1/ratio."""
-    t = min(size) // ratio - 1
+    t = int(min(size) / (2.4 if ratio == 2 else ratio)) - 1  # 1/2 from 2.4x on
     return (t, max(t - 3, 1))
 
 
@@ -180,8 +180,8 @@ def dct_resize(contents, target, interpolation="bilinear"):
 
 
 @pytest.mark.xfail(strict=True, reason="reduced-DCT decoding + resize is a different "
-                   "filter from full decode + resize (tens of levels at edges): the "
-                   "pipeline does not use it (issue #12)")
+                   "filter from full decode + resize (tens of levels at edges): "
+                   "jpeg_dct_scaling=False gives Keras' pixels")
 @pytest.mark.parametrize("ratio", [2, 4, 8])
 def test_reduced_dct_decode_is_not_within_tolerance(files, ratio):
     worst = 0
@@ -193,7 +193,9 @@ def test_reduced_dct_decode_is_not_within_tolerance(files, ratio):
 # ---------------------------------------------------------------- end to end
 
 def images(paths, fast, **kw):
-    ds = pipeline.from_paths(paths, batch_size=None, shuffle=False, fast_jpeg=fast, **kw)
+    # full-scale decoding: the crop-before-decode paths give the slow path's pixels
+    ds = pipeline.from_paths(paths, batch_size=None, shuffle=False, fast_jpeg=fast,
+                             jpeg_dct_scaling=False, **kw)
     return list(ds.as_numpy_iterator())
 
 
