@@ -170,7 +170,6 @@ def _u32(b, i, little):
     return _uint(b, i, 4, little)
 
 
-EXIF_SEGMENTS = 8   # APPn segments walked looking for the EXIF block
 EXIF_ENTRIES = 32   # IFD0 entries searched for the orientation tag
 HEADER_WORDS = 8    # 32-bit words of the file's start read by ``header_words``
 _ENTRY_INDEX = np.arange(EXIF_ENTRIES, dtype=np.int32)
@@ -192,12 +191,16 @@ def is_jpeg(words):
     return tf.equal(tf.bitwise.right_shift(words[0], 8), 0xFFD8FF)
 
 
-# APPn (FF E0 - FF EF) and COM (FF FE): the segments that may come before an EXIF
-# block (Pillow reads EXIF past both), as a lookup table over 16-bit marker values
-# (uint8: a bool constant of this size takes TensorFlow ~35 ms to build, uint8 0.1 ms)
-_APP_MARKER = np.zeros([1 << 16], np.uint8)
-_APP_MARKER[0xFFE0:0xFFF0] = 1
-_APP_MARKER[0xFFFE] = 1
+# The EXIF walk's step over each 16-bit marker value: -1, a segment stepped over
+# by its length; 1, a fill byte (FF FF); 2, a marker without a length (RSTn, TEM);
+# 0, the walk ends (a scan, the end of image, bytes that are not a marker).
+_SEGMENT_SKIP = np.zeros([1 << 16], np.int8)
+_SEGMENT_SKIP[0xFF02:0xFFFF] = -1
+_SEGMENT_SKIP[0xFFD0:0xFFD8] = 2
+_SEGMENT_SKIP[0xFF01] = 2
+_SEGMENT_SKIP[[0xFFD8, 0xFFD9, 0xFFDA]] = 0
+_SEGMENT_SKIP[0xFFFF] = 1
+# (uint8/int8: a bool constant of this size takes TensorFlow ~35 ms to build, int8 0.1 ms)
 
 
 def _route_patterns():
@@ -258,14 +261,19 @@ def exif_route(words):
 def exif_orientation(contents, words=None):
     """The EXIF orientation tag (int32 scalar, 1-8; 1 when absent or invalid) of a JPEG.
 
-    Finds the APP1 "Exif" block among the APPn and COM segments after SOI (at
-    most ``EXIF_SEGMENTS``), reads its TIFF header (byte order, IFD0 offset) and
+    Finds the first APP1 "Exif" block among the segments before the first scan
+    (SOS), as Pillow does, reads its TIFF header (byte order, IFD0 offset) and
     looks for tag 0x0112 among the first ``EXIF_ENTRIES`` entries of IFD0 (EXIF
     2.32, section 4.6). The first two segments are read from ``words``
     (``header_words``, the first 32 bytes) by ``exif_route``, which settles the
     common layouts (no segment; EXIF first; JFIF APP0 alone; JFIF APP0 then
     EXIF) without a branch; other layouts (an ICC or Photoshop segment after
-    APP0, say) walk on, one read per segment. Both the walk and the IFD0 read
+    APP0, XMP and extended-XMP chunks, comments, say) walk on, one read per
+    segment, however many segments there are: the walk ends at the EXIF block,
+    the scan, or the end of the bytes (its cost is bounded by the file's own
+    size). A file whose first segment, or the one after a 16-byte JFIF APP0,
+    is not an APPn or COM segment is taken to have no EXIF block (the EXIF and
+    JFIF standards put their APP segment first). Both the walk and the IFD0 read
     sit in one function call (``bmp.unlowered_case``) that files with no EXIF
     block never make: in a tf.data map, even a while loop that is not entered
     costs some 30 µs per element.
@@ -285,22 +293,27 @@ def exif_orientation(contents, words=None):
         start = tf.where(tf.equal(band(w0, 0xFFFF), 0xFFE0) & tf.equal(shr(w1, 16), 16),
                          22 + band(w5, 0xFFFF), 4 + shr(w1, 16))
 
-        def step(k, pos, found):
+        def step(pos, found):
             # One marker + length read per step (the loop condition keeps it in the
-            # file); ``pos`` becomes -1 when the walk ends (EXIF found, or a
-            # segment that may not precede it).
+            # file). Every segment up to the scan is stepped over by its length, as
+            # Pillow reads them (fill bytes FF FF and the length-less RSTn / TEM
+            # markers too); ``pos`` becomes -1 when the walk ends (EXIF found, a
+            # scan or the end of image, a byte that is not a marker, a length
+            # below 2). ``pos`` grows by at least 1 per step: the walk is bounded
+            # by the file's own bytes, whatever its number of segments.
             s = tf.strings.substr(contents, pos, 10)
             marker, length = tf.unstack(tf.cast(tf.io.decode_raw(
                 s, tf.uint16, little_endian=False, fixed_length=4), tf.int64), num=2)
             exif = tf.equal(marker, 0xFFE1) & tf.equal(tf.strings.substr(s, 4, 6),
                                                        b"Exif\x00\x00")
-            app = tf.cast(tf.gather(_APP_MARKER, marker), tf.bool)
-            nxt = tf.where(app & ~exif, pos + 2 + length, -1)
-            return k + 1, nxt, tf.where(exif, pos, found)
+            skip = tf.gather(_SEGMENT_SKIP, marker)  # 0: ends the walk; -1: by its length
+            nxt = tf.where(skip < 0, pos + 2 + length, pos + tf.cast(skip, tf.int64))
+            stop = exif | tf.equal(skip, 0) | ((skip < 0) & (length < 2))
+            return tf.where(stop, tf.constant(-1, tf.int64), nxt), tf.where(exif, pos, found)
 
         return tf.while_loop(
-            lambda k, pos, found: (k < EXIF_SEGMENTS) & (pos >= 0) & (pos + 4 <= size),
-            step, (tf.constant(0), start, tf.constant(-1, tf.int64)))[2]
+            lambda pos, found: (pos >= 0) & (pos + 4 <= size),
+            step, (start, tf.constant(-1, tf.int64)))[1]
 
     def read():
         def find():
@@ -315,11 +328,12 @@ def exif_orientation(contents, words=None):
     return tf.cond(tf.equal(route, ROUTE_NONE), lambda: tf.constant(1, tf.int32), read)
 
 
-def jpeg_sof_offset(contents, max_segments: int = _F.JPEG_MAX_SEGMENTS):
+def jpeg_sof_offset(contents):
     """Byte offset (int64 scalar) of a JPEG's start-of-frame marker, -1 when none.
 
     Walks the segments after SOI by their lengths, one 4-byte marker + length
-    read per segment (at most ``max_segments``), with the rules of
+    read per segment, however many (the walk is bounded by the file's own
+    bytes: each step moves on by at least one), with the rules of
     ``formats.variant``: fill bytes (FF FF) and RSTn / TEM markers (no
     length) are stepped over; a scan (SOS), the end of image, a byte that is
     not a marker or a length below 2 ends the walk. ``pipeline.scan`` keeps
@@ -329,7 +343,7 @@ def jpeg_sof_offset(contents, max_segments: int = _F.JPEG_MAX_SEGMENTS):
     size = tf.cast(tf.strings.length(contents), tf.int64)
     sof = tf.constant(_F.JPEG_SOF, tf.int64)
 
-    def step(k, pos, found):
+    def step(pos, found):
         b = bytes_at(contents, pos, 4)
         marker, length = b[1], 256 * b[2] + b[3]
         is_ff = tf.equal(b[0], 0xFF)
@@ -339,12 +353,12 @@ def jpeg_sof_offset(contents, max_segments: int = _F.JPEG_MAX_SEGMENTS):
         stop = ~is_ff | tf.equal(marker, 0xD9) | tf.equal(marker, 0xDA) | (
             ~fill & ~no_length & (length < 2))
         nxt = tf.where(fill, pos + 1, tf.where(no_length, pos + 2, pos + 2 + length))
-        return (k + 1, tf.where(stop | is_sof, tf.constant(-1, tf.int64), nxt),
+        return (tf.where(stop | is_sof, tf.constant(-1, tf.int64), nxt),
                 tf.where(is_sof, pos, found))
 
     return tf.while_loop(
-        lambda k, pos, found: (k < max_segments) & (pos >= 0) & (pos + 4 <= size) & (found < 0),
-        step, (tf.constant(0), tf.constant(2, tf.int64), tf.constant(-1, tf.int64)))[2]
+        lambda pos, found: (pos >= 0) & (pos + 4 <= size) & (found < 0),
+        step, (tf.constant(2, tf.int64), tf.constant(-1, tf.int64)))[1]
 
 
 def ifd0_short(contents, tiff, tag: int):
