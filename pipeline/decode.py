@@ -92,6 +92,32 @@ def _plain_bmp(head: bytes) -> bool:
     return (le(28, 2) == 24 and le(30, 4) == 0 and le(14, 4) == 40 and le(22, 4) < 2 ** 31)
 
 
+def _gif_plain(head: bytes) -> bool:
+    """In Python, ``gif_plain``'s test, from the first bytes (False when the first
+    image descriptor lies beyond them)."""
+    if len(head) < 13:
+        return False
+    pos = 13 + (3 * 2 ** ((head[10] & 7) + 1) if head[10] & 0x80 else 0)
+    transparent = False
+    while pos < len(head):
+        if head[pos] == 0x2C:
+            d = head[pos:pos + 9]
+            if len(d) < 9:
+                return False
+            le = lambda i: d[i] + 256 * d[i + 1]
+            return (not transparent and le(1) == 0 and le(3) == 0
+                    and (le(5), le(7)) == (head[6] + 256 * head[7], head[8] + 256 * head[9]))
+        if head[pos] != 0x21 or pos + 1 >= len(head):
+            return False
+        if head[pos + 1] == 0xF9 and pos + 3 < len(head):
+            transparent |= bool(head[pos + 3] & 1)
+        pos += 2
+        while pos < len(head) and head[pos]:
+            pos += 1 + head[pos]
+        pos += 1
+    return False
+
+
 def _tiff_has_extra_samples(head: bytes) -> bool:
     """In Python, ``ifd0_short(..., 0x0152)``'s presence test (TIFF ExtraSamples,
     i.e. alpha), from the first bytes (False when IFD0 lies beyond them)."""
@@ -387,6 +413,49 @@ def ifd0_short(contents, tiff, tag: int):
     return tf.reduce_any(hit), tf.reduce_max(tf.where(hit, values, 0))
 
 
+def gif_plain(contents):
+    """bool scalar: a GIF whose first frame ``tf.io.decode_gif`` gives as displayed.
+
+    That is a first frame covering the whole logical screen from (0, 0) with no
+    transparent index in the Graphic Control Extension before it (GIF89a,
+    sections 18, 20, 23). Other GIFs (an offset or smaller first frame, a
+    transparent index) are decoded by Pillow, whose first frame is the
+    displayed one: ``decode_gif`` gives such a frame at its own size or the
+    transparent pixels as black. Walks the blocks before the first image
+    descriptor (extensions, by their sub-blocks): one byte read per step, a
+    loop bounded by the file's bytes.
+    """
+    size = tf.cast(tf.strings.length(contents), tf.int64)
+    head = bytes_at(contents, 0, 13)
+    flags = head[10]
+    start = 13 + tf.where(tf.bitwise.bitwise_and(flags, 0x80) > 0,
+                          3 * tf.bitwise.left_shift(tf.constant(2, tf.int64),
+                                                    tf.bitwise.bitwise_and(flags, 7)), 0)
+
+    def step(pos, sub, transparent, found):
+        b = bytes_at(contents, pos, 4)
+        # in an extension's sub-blocks: a size byte, 0 ends the extension
+        in_sub = sub > 0
+        block_end = in_sub & tf.equal(b[0], 0)
+        descriptor = ~in_sub & tf.equal(b[0], 0x2C)
+        extension = ~in_sub & tf.equal(b[0], 0x21)
+        gce = extension & tf.equal(b[1], 0xF9)
+        transparent = transparent | (gce & tf.equal(tf.bitwise.bitwise_and(b[3], 1), 1))
+        nxt = tf.where(in_sub, pos + 1 + b[0], pos + 2)
+        nxt = tf.where(descriptor | ~(in_sub | extension), tf.constant(-1, tf.int64), nxt)
+        new_sub = tf.where(extension, 1, tf.where(block_end, 0, sub))
+        return nxt, new_sub, transparent, tf.where(descriptor, pos, found)
+
+    _, _, transparent, found = tf.while_loop(
+        lambda pos, sub, t, found: (pos >= 0) & (pos < size) & (found < 0), step,
+        (start, tf.constant(0), tf.constant(False), tf.constant(-1, tf.int64)))
+    d = bytes_at(contents, found, 9)
+    le = lambda i: d[i] + 256 * d[i + 1]
+    screen = lambda i: head[i] + 256 * head[i + 1]
+    return (found < 0) | (~transparent & tf.equal(le(1), 0) & tf.equal(le(3), 0)
+                          & tf.equal(le(5), screen(6)) & tf.equal(le(7), screen(8)))
+
+
 def header_size(contents, fmt, head=None, tfio_tiff: bool = False):
     """(height, width) as int64 scalars read from the header, -1 when unknown.
 
@@ -635,6 +704,8 @@ class Decoder:
             return True
         if fmt == "bmp":
             return not self.bmp_in_graph and not _plain_bmp(head)
+        if fmt == "gif":
+            return not _gif_plain(head)
         if fmt == "webp":
             animated = head[12:16] == b"VP8X" and len(head) > 20 and bool(head[20] & 2)
             return animated or not (self.core_webp or "webp" in self.tfio_formats)
@@ -715,6 +786,22 @@ class Decoder:
             # 255: decode as stored and add an opaque alpha ourselves.
             return to_channels(tf.io.decode_png(contents, channels=0), 4)
         return tf.io.decode_png(contents, channels=self.channels)
+
+    def _gif(self, contents):
+        """GIF -> (uint8 [h, w, channels], reason): the displayed first frame.
+        ``tf.io.decode_gif`` for a first frame covering the screen with no
+        transparency (``gif_plain``); the others by the Pillow fallback
+        (transparent pixels: the stored palette colour, alpha 0), or refused
+        where it cannot run."""
+        plain = gif_plain(contents)
+        decode = lambda: from_rgb(tf.io.decode_gif(contents)[0], self.channels)
+        slow = (lambda: self._fallback(contents)) if self.fallback else self.placeholder
+        img = tf.cond(plain, decode, slow)
+        img.set_shape([None, None, self.channels])
+        reason = tf.constant("") if self.fallback else tf.where(
+            plain, "", _NO_FALLBACK % "a GIF with a transparent index or a first frame that "
+            "does not cover the screen")
+        return img, reason
 
     def _bmp(self, contents, head):
         """Plain BMPs (24-bit, uncompressed, 40-byte header, bottom-up rows) by
@@ -1000,7 +1087,7 @@ class Decoder:
         branches = [
             bad,  # JPEG: never here (``decode`` routes it by the same signature)
             other(lambda: (self._png(contents), tf.constant(""))),
-            other(lambda: (from_rgb(tf.io.decode_gif(contents)[0], c), tf.constant(""))),
+            other(lambda: self._gif(contents)),
             other(lambda: self._bmp(contents, head)),
         ]
         # Formats past BMP: WebP by TensorFlow's own op where it exists, the
