@@ -154,12 +154,16 @@ def scale(images, dtype, normalize=None):
     return tf.cast(x, dtype)
 
 
-def element_seeds(opts) -> tf.data.Dataset:
+def element_seeds(opts, epoch_key=None) -> tf.data.Dataset:
     """Per-element stateless seeds [2] int64: a fresh, seeded stream each epoch.
 
     Zipped to the plan in epoch order, so an element's seed depends on (seed,
-    epoch, position), never on thread timing.
+    epoch, position), never on thread timing. Given the epoch's int64 [2] key
+    (``plan.epoch_keys``), the stream is a function of that key alone.
     """
+    if epoch_key is not None:
+        return tf.data.Dataset.random(seed=tf.bitwise.bitwise_xor(epoch_key[0], epoch_key[1]),
+                                      rerandomize_each_iteration=False).batch(2)
     return tf.data.Dataset.random(seed=opts.seed, rerandomize_each_iteration=True).batch(2)
 
 
@@ -380,9 +384,10 @@ def cache_file(opts, source) -> str:
     return prefix
 
 
-def _file_plan(idx: index_lib.Index, opts, label_spec):
-    """Plan elements ``(row, label, pre_error, b"", weight)`` of a path table."""
-    rows, expected = plan_lib.rows(len(idx), opts)
+def _file_plan(idx: index_lib.Index, opts, label_spec, epoch_key=None):
+    """Plan elements ``(row, label, pre_error, b"", weight)`` of a path table
+    (``epoch_key``: as for ``plan.rows``)."""
+    rows, expected = plan_lib.rows(len(idx), opts, epoch_key)
     label_dtype, _ = label_spec
     labels = (tf.constant(idx.labels, label_dtype) if idx.labels is not None
               and opts.label_mode is not None else None)
@@ -471,21 +476,19 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
                               lambda img: stages.finish(img))
 
     src = guard.Source(None if records is not None else paths, why_failed_py)
-    if records is None:
-        plan, expected = _file_plan(idx, opts, label_spec)
-        label0 = tf.zeros([], label_spec[0]) if not has_labels or idx.label_kind != "vector" \
-            else tf.zeros([idx.labels.shape[1]], tf.float32)
-    else:
-        serialized, expected = plan_lib.records(
-            records.files, records.counts, opts, tf.data.TFRecordDataset, records.buffer_size)
-        plan = serialized.map(graph_fn(records.parse), num_parallel_calls=opts.parallelism,
-                              deterministic=True)
-        label0 = tf.zeros(records.label_shape, records.label_dtype)
-    sentinel = (src.empty_key, label0, tf.constant(guard.SENTINEL), tf.constant(b""),
-                tf.constant(0.0))
-    augment_seeds = stages.augment_here
-    seeds = element_seeds(opts) if augment_seeds else tf.data.Dataset.from_tensors(
-        tf.zeros([2], tf.int64)).repeat()
+    # The per-epoch randomness (the plan's order, the augment seeds) comes from one
+    # key per epoch. Without a cache, the epoch's whole pipeline is built from its
+    # key inside a flat_map over ``plan.epoch_keys``, whose iterator (and with it the
+    # key stream's state) lives as long as the epoch: an iterator checkpoint taken
+    # at any step, restored in a new process, continues in the unbroken run's order
+    # with its pixels in every later epoch. (Shuffles that draw their seeds when
+    # each iteration starts lose that state once their input is exhausted, which
+    # the chunking below does long before the epoch ends.) With a cache, later
+    # epochs read the cache and reshuffle above it (``plan.after_cache``); the
+    # tf.data service splits the plan's own source, so both keep the direct form.
+    keyed = opts.cache is None and not opts.service and (
+        opts.shuffle or stages.augment_here)
+    epoch_expected = []
 
     # Remote files no TensorFlow file system serves here (s3:// on TensorFlow 2.17+) are
     # fetched from Python, many at once, before the in-graph map (read.fetch_stage).
@@ -499,105 +502,133 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             "2.16 with tensorflow-io (its S3 file system reads in graph), or write the "
             f"images to TFRecord shards on a local disk or gs://. Received: service={opts.service!r}")
 
-    def element(pos, window, key, label, pre_error, contents, weight, seed):
-        def load():
-            data = contents if src.records or fetch else tf.io.read_file(src.name(key))
-            return stages(data, seed)
-
-        def placeholder():  # bad at index time, or the end-of-epoch sentinel
-            if opts.image_size is None:
-                return decoder.placeholder(), pre_error
-            # what resizing the 1x1 placeholder gives, in one op (an element the guard drops)
-            return tf.zeros(list(opts.image_size) + [opts.channels], tf.uint8), pre_error
-
-        image, reason = tf.cond(tf.strings.length(pre_error) > 0, placeholder, load)
-        if opts.image_size is not None:
-            image.set_shape(list(opts.image_size) + [opts.channels])
+    def epoch(epoch_key):
+        if records is None:
+            plan, expected = _file_plan(idx, opts, label_spec, epoch_key)
+            label0 = tf.zeros([], label_spec[0]) if not has_labels or idx.label_kind != "vector" \
+                else tf.zeros([idx.labels.shape[1]], tf.float32)
         else:
-            image.set_shape([None, None, opts.channels])
-        # int labels stay int64 until ``structure``: a function returning an int32 it
-        # computed is left to TensorFlow's slower runtime (stack.single_device_functions)
-        y = encode_label(label, opts.label_mode, num_classes) if (
-            has_labels and opts.label_mode != "int") else label
-        return image, y, weight, key, pos, window, reason
+            serialized, expected = plan_lib.records(
+                records.files, records.counts, opts, tf.data.TFRecordDataset, records.buffer_size,
+                epoch_key)
+            plan = serialized.map(graph_fn(records.parse), num_parallel_calls=opts.parallelism,
+                                  deterministic=True)
+            label0 = tf.zeros(records.label_shape, records.label_dtype)
+        sentinel = (src.empty_key, label0, tf.constant(guard.SENTINEL), tf.constant(b""),
+                    tf.constant(0.0))
+        augment_seeds = stages.augment_here
+        seeds = element_seeds(opts, epoch_key) if augment_seeds else tf.data.Dataset.from_tensors(
+            tf.zeros([2], tf.int64)).repeat()
 
-    batch_size = opts.replica_batch_size
-    batch_here = (batch_size is not None and opts.image_size is not None
-                  and opts.cache is None and not opts.drop_remainder)
-    ds = guard.chunked(plan, sentinel, seeds, src.empty_key)
-    if fetch:
-        ds = read.fetch_stage(ds, src.name)
-    # Order is kept here (the gap check needs it); `deterministic` applies to
-    # the other stages through tf.data.Options.
-    ds = ds.map(graph_fn(element), num_parallel_calls=opts.parallelism, deterministic=True)
-    ds = ds.ignore_errors()
-    if opts.cache is not None:
-        # The cache sits between the map and the guard: it holds decoded elements with
-        # their positions and reasons (a file whose decoder raised is a gap), so its
-        # input never errors and it always completes (TensorFlow completes a memory
-        # cache with what it has when its input raises), and the guard runs after it
-        # every epoch: a bad file is raised, or skipped and recorded, in every epoch.
-        ds = ds.cache("" if opts.cache == "memory" else cache_file(opts, source))
-    # The check runs on the user's batches when nothing sits between here and
-    # batching (a batch that held a skipped file is then smaller by that
-    # many); otherwise on internal chunks that are unbatched again.
-    # Variable-size (native) images cannot be batched: checked one by one.
-    ds = ds.batch(batch_size if batch_here else (guard.CHUNK if opts.image_size else 1))
-    ds = ds.scan(guard.initial_state(), graph_fn(guard.check_fn(
-        opts, error_log, src, expected, records.lost_detail if records else None)))
-    if batch_here:
-        # A batch can end up empty (it held only the sentinel, or only bad files).
-        ds = ds.filter(graph_fn(lambda image, *rest: tf.shape(image)[0] > 0))
+        def element(pos, window, key, label, pre_error, contents, weight, seed):
+            def load():
+                data = contents if src.records or fetch else tf.io.read_file(src.name(key))
+                return stages(data, seed)
+
+            def placeholder():  # bad at index time, or the end-of-epoch sentinel
+                if opts.image_size is None:
+                    return decoder.placeholder(), pre_error
+                # what resizing the 1x1 placeholder gives, in one op (an element the guard drops)
+                return tf.zeros(list(opts.image_size) + [opts.channels], tf.uint8), pre_error
+
+            image, reason = tf.cond(tf.strings.length(pre_error) > 0, placeholder, load)
+            if opts.image_size is not None:
+                image.set_shape(list(opts.image_size) + [opts.channels])
+            else:
+                image.set_shape([None, None, opts.channels])
+            # int labels stay int64 until ``structure``: a function returning an int32 it
+            # computed is left to TensorFlow's slower runtime (stack.single_device_functions)
+            y = encode_label(label, opts.label_mode, num_classes) if (
+                has_labels and opts.label_mode != "int") else label
+            return image, y, weight, key, pos, window, reason
+
+        batch_size = opts.replica_batch_size
+        batch_here = (batch_size is not None and opts.image_size is not None
+                      and opts.cache is None and not opts.drop_remainder)
+        ds = guard.chunked(plan, sentinel, seeds, src.empty_key)
+        if fetch:
+            ds = read.fetch_stage(ds, src.name)
+        # Order is kept here (the gap check needs it); `deterministic` applies to
+        # the other stages through tf.data.Options.
+        ds = ds.map(graph_fn(element), num_parallel_calls=opts.parallelism, deterministic=True)
+        ds = ds.ignore_errors()
+        if opts.cache is not None:
+            # The cache sits between the map and the guard: it holds decoded elements with
+            # their positions and reasons (a file whose decoder raised is a gap), so its
+            # input never errors and it always completes (TensorFlow completes a memory
+            # cache with what it has when its input raises), and the guard runs after it
+            # every epoch: a bad file is raised, or skipped and recorded, in every epoch.
+            ds = ds.cache("" if opts.cache == "memory" else cache_file(opts, source))
+        # The check runs on the user's batches when nothing sits between here and
+        # batching (a batch that held a skipped file is then smaller by that
+        # many); otherwise on internal chunks that are unbatched again.
+        # Variable-size (native) images cannot be batched: checked one by one.
+        ds = ds.batch(batch_size if batch_here else (guard.CHUNK if opts.image_size else 1))
+        ds = ds.scan(guard.initial_state(), graph_fn(guard.check_fn(
+            opts, error_log, src, expected, records.lost_detail if records else None)))
+        if batch_here:
+            # A batch can end up empty (it held only the sentinel, or only bad files).
+            ds = ds.filter(graph_fn(lambda image, *rest: tf.shape(image)[0] > 0))
+        else:
+            ds = ds.unbatch()
+
+        has_weights = (idx.weights is not None if idx is not None else records.has_weights) \
+            and has_labels
+
+        # the dtype conversion joins this map when nothing sits between them (one
+        # function fewer to build and run); otherwise it is the last map, on batches
+        scale_here = opts.dtype != tf.uint8 and opts.cache is None and (
+            batch_size is None or batch_here)
+
+        def structure(image, y, weight, key):
+            if has_labels and opts.label_mode == "int":
+                y = encode_label(y, "int", num_classes)
+            if scale_here:
+                image = scale(image, opts.dtype, opts.normalize)
+            out = (image,) + ((y,) if has_labels else ()) + ((weight,) if has_weights else ())
+            if opts.include_paths:
+                out += (src.name(key),)
+            return out[0] if len(out) == 1 else out
+
+        # (its int32 label would be traced twice: marked, then unmarked)
+        with stack.single_device_functions(not (has_labels and opts.label_mode == "int")):
+            ds = ds.map(graph_fn(structure))
+        if opts.cache is not None:
+            ds = plan_lib.after_cache(ds, n, opts)
+            if opts.augment is not None:  # random ops after the cache, fresh each epoch
+                aug = opts.augment
+
+                def augment(el, seed):
+                    if not isinstance(el, tuple):
+                        return _aug(aug, el, seed, opts)
+                    return (_aug(aug, el[0], seed, opts),) + tuple(el[1:])
+
+                ds = tf.data.Dataset.zip(ds, element_seeds(opts)).map(
+                    graph_fn(augment), num_parallel_calls=opts.parallelism,
+                    deterministic=opts.is_deterministic)
+        if batch_size is not None and not batch_here:
+            ds = ds.batch(batch_size, drop_remainder=opts.drop_remainder)
+        if (batch_size is not None and opts.drop_remainder and expected is not None
+                and 0 < expected < batch_size):
+            logging.warning(
+                "pipeline: drop_remainder=True with batch_size=%d and %d element(s) per epoch "
+                "here: every epoch is empty (the one short batch is dropped). Use a smaller "
+                "batch_size or drop_remainder=False.", batch_size, expected)
+        if opts.dtype != tf.uint8 and not scale_here:
+            def to_dtype(*el):
+                return (scale(el[0], opts.dtype, opts.normalize),) + el[1:] if len(el) > 1 else \
+                    scale(el[0], opts.dtype, opts.normalize)
+            ds = ds.map(graph_fn(to_dtype))
+        if opts.prefetch:
+            ds = ds.prefetch(opts.prefetch)
+        epoch_expected.append(expected)
+        return ds
+
+    if keyed:
+        ds = plan_lib.epoch_keys(opts.seed).flat_map(graph_fn(epoch))
     else:
-        ds = ds.unbatch()
-
-    has_weights = (idx.weights is not None if idx is not None else records.has_weights) \
-        and has_labels
-
-    # the dtype conversion joins this map when nothing sits between them (one
-    # function fewer to build and run); otherwise it is the last map, on batches
-    scale_here = opts.dtype != tf.uint8 and opts.cache is None and (
-        batch_size is None or batch_here)
-
-    def structure(image, y, weight, key):
-        if has_labels and opts.label_mode == "int":
-            y = encode_label(y, "int", num_classes)
-        if scale_here:
-            image = scale(image, opts.dtype, opts.normalize)
-        out = (image,) + ((y,) if has_labels else ()) + ((weight,) if has_weights else ())
-        if opts.include_paths:
-            out += (src.name(key),)
-        return out[0] if len(out) == 1 else out
-
-    # (its int32 label would be traced twice: marked, then unmarked)
-    with stack.single_device_functions(not (has_labels and opts.label_mode == "int")):
-        ds = ds.map(graph_fn(structure))
-    if opts.cache is not None:
-        ds = plan_lib.after_cache(ds, n, opts)
-        if opts.augment is not None:  # random ops after the cache, fresh each epoch
-            aug = opts.augment
-
-            def augment(el, seed):
-                if not isinstance(el, tuple):
-                    return _aug(aug, el, seed, opts)
-                return (_aug(aug, el[0], seed, opts),) + tuple(el[1:])
-
-            ds = tf.data.Dataset.zip(ds, element_seeds(opts)).map(
-                graph_fn(augment), num_parallel_calls=opts.parallelism,
-                deterministic=opts.is_deterministic)
-    if batch_size is not None and not batch_here:
-        ds = ds.batch(batch_size, drop_remainder=opts.drop_remainder)
-    if (batch_size is not None and opts.drop_remainder and expected is not None
-            and 0 < expected < batch_size):
-        logging.warning(
-            "pipeline: drop_remainder=True with batch_size=%d and %d element(s) per epoch "
-            "here: every epoch is empty (the one short batch is dropped). Use a smaller "
-            "batch_size or drop_remainder=False.", batch_size, expected)
-    if opts.dtype != tf.uint8 and not scale_here:
-        def to_dtype(*el):
-            return (scale(el[0], opts.dtype, opts.normalize),) + el[1:] if len(el) > 1 else \
-                scale(el[0], opts.dtype, opts.normalize)
-        ds = ds.map(graph_fn(to_dtype))
+        ds = epoch(None)
+    expected, batch_size = epoch_expected[0], opts.replica_batch_size
     if opts.on_error == "raise" and expected is not None and not opts.service:
         # Every element arrives or the epoch raises: the length is known, so
         # len(ds) works and Keras knows the steps per epoch.
@@ -605,8 +636,6 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         if batch_size is not None:
             count = expected // batch_size if opts.drop_remainder else -(-expected // batch_size)
         ds = ds.apply(tf.data.experimental.assert_cardinality(count))
-    if opts.prefetch:
-        ds = ds.prefetch(opts.prefetch)
 
     options = tf.data.Options()
     options.autotune.enabled = bool(opts.autotune)

@@ -97,6 +97,32 @@ def _plain_bmp(head: bytes) -> bool:
     return (le(28, 2) == 24 and le(30, 4) == 0 and le(14, 4) == 40 and le(22, 4) < 2 ** 31)
 
 
+def _gif_plain(head: bytes) -> bool:
+    """In Python, ``gif_plain``'s test, from the first bytes (False when the first
+    image descriptor lies beyond them)."""
+    if len(head) < 13:
+        return False
+    pos = 13 + (3 * 2 ** ((head[10] & 7) + 1) if head[10] & 0x80 else 0)
+    transparent = False
+    while pos < len(head):
+        if head[pos] == 0x2C:
+            d = head[pos:pos + 9]
+            if len(d) < 9:
+                return False
+            le = lambda i: d[i] + 256 * d[i + 1]
+            return (not transparent and le(1) == 0 and le(3) == 0
+                    and (le(5), le(7)) == (head[6] + 256 * head[7], head[8] + 256 * head[9]))
+        if head[pos] != 0x21 or pos + 1 >= len(head):
+            return False
+        if head[pos + 1] == 0xF9 and pos + 3 < len(head):
+            transparent |= bool(head[pos + 3] & 1)
+        pos += 2
+        while pos < len(head) and head[pos]:
+            pos += 1 + head[pos]
+        pos += 1
+    return False
+
+
 def _tiff_has_extra_samples(head: bytes) -> bool:
     """In Python, ``ifd0_short(..., 0x0152)``'s presence test (TIFF ExtraSamples,
     i.e. alpha), from the first bytes (False when IFD0 lies beyond them)."""
@@ -213,7 +239,6 @@ def _halve(image, ratio: int):
     return tf.cast(tf.image.resize(image, half, method="area") + 0.5, tf.uint8)
 
 
-EXIF_SEGMENTS = 8   # APPn segments walked looking for the EXIF block
 EXIF_ENTRIES = 32   # IFD0 entries searched for the orientation tag
 HEADER_WORDS = 8    # 32-bit words of the file's start read by ``header_words``
 _ENTRY_INDEX = np.arange(EXIF_ENTRIES, dtype=np.int32)
@@ -235,12 +260,16 @@ def is_jpeg(words):
     return tf.equal(tf.bitwise.right_shift(words[0], 8), 0xFFD8FF)
 
 
-# APPn (FF E0 - FF EF) and COM (FF FE): the segments that may come before an EXIF
-# block (Pillow reads EXIF past both), as a lookup table over 16-bit marker values
-# (uint8: a bool constant of this size takes TensorFlow ~35 ms to build, uint8 0.1 ms)
-_APP_MARKER = np.zeros([1 << 16], np.uint8)
-_APP_MARKER[0xFFE0:0xFFF0] = 1
-_APP_MARKER[0xFFFE] = 1
+# The EXIF walk's step over each 16-bit marker value: -1, a segment stepped over
+# by its length; 1, a fill byte (FF FF); 2, a marker without a length (RSTn, TEM);
+# 0, the walk ends (a scan, the end of image, bytes that are not a marker).
+_SEGMENT_SKIP = np.zeros([1 << 16], np.int8)
+_SEGMENT_SKIP[0xFF02:0xFFFF] = -1
+_SEGMENT_SKIP[0xFFD0:0xFFD8] = 2
+_SEGMENT_SKIP[0xFF01] = 2
+_SEGMENT_SKIP[[0xFFD8, 0xFFD9, 0xFFDA]] = 0
+_SEGMENT_SKIP[0xFFFF] = 1
+# (uint8/int8: a bool constant of this size takes TensorFlow ~35 ms to build, int8 0.1 ms)
 
 
 def _route_patterns():
@@ -301,14 +330,19 @@ def exif_route(words):
 def exif_orientation(contents, words=None):
     """The EXIF orientation tag (int32 scalar, 1-8; 1 when absent or invalid) of a JPEG.
 
-    Finds the APP1 "Exif" block among the APPn and COM segments after SOI (at
-    most ``EXIF_SEGMENTS``), reads its TIFF header (byte order, IFD0 offset) and
+    Finds the first APP1 "Exif" block among the segments before the first scan
+    (SOS), as Pillow does, reads its TIFF header (byte order, IFD0 offset) and
     looks for tag 0x0112 among the first ``EXIF_ENTRIES`` entries of IFD0 (EXIF
     2.32, section 4.6). The first two segments are read from ``words``
     (``header_words``, the first 32 bytes) by ``exif_route``, which settles the
     common layouts (no segment; EXIF first; JFIF APP0 alone; JFIF APP0 then
     EXIF) without a branch; other layouts (an ICC or Photoshop segment after
-    APP0, say) walk on, one read per segment. Both the walk and the IFD0 read
+    APP0, XMP and extended-XMP chunks, comments, say) walk on, one read per
+    segment, however many segments there are: the walk ends at the EXIF block,
+    the scan, or the end of the bytes (its cost is bounded by the file's own
+    size). A file whose first segment, or the one after a 16-byte JFIF APP0,
+    is not an APPn or COM segment is taken to have no EXIF block (the EXIF and
+    JFIF standards put their APP segment first). Both the walk and the IFD0 read
     sit in one function call (``bmp.unlowered_case``) that files with no EXIF
     block never make: in a tf.data map, even a while loop that is not entered
     costs some 30 µs per element.
@@ -328,22 +362,27 @@ def exif_orientation(contents, words=None):
         start = tf.where(tf.equal(band(w0, 0xFFFF), 0xFFE0) & tf.equal(shr(w1, 16), 16),
                          22 + band(w5, 0xFFFF), 4 + shr(w1, 16))
 
-        def step(k, pos, found):
+        def step(pos, found):
             # One marker + length read per step (the loop condition keeps it in the
-            # file); ``pos`` becomes -1 when the walk ends (EXIF found, or a
-            # segment that may not precede it).
+            # file). Every segment up to the scan is stepped over by its length, as
+            # Pillow reads them (fill bytes FF FF and the length-less RSTn / TEM
+            # markers too); ``pos`` becomes -1 when the walk ends (EXIF found, a
+            # scan or the end of image, a byte that is not a marker, a length
+            # below 2). ``pos`` grows by at least 1 per step: the walk is bounded
+            # by the file's own bytes, whatever its number of segments.
             s = tf.strings.substr(contents, pos, 10)
             marker, length = tf.unstack(tf.cast(tf.io.decode_raw(
                 s, tf.uint16, little_endian=False, fixed_length=4), tf.int64), num=2)
             exif = tf.equal(marker, 0xFFE1) & tf.equal(tf.strings.substr(s, 4, 6),
                                                        b"Exif\x00\x00")
-            app = tf.cast(tf.gather(_APP_MARKER, marker), tf.bool)
-            nxt = tf.where(app & ~exif, pos + 2 + length, -1)
-            return k + 1, nxt, tf.where(exif, pos, found)
+            skip = tf.gather(_SEGMENT_SKIP, marker)  # 0: ends the walk; -1: by its length
+            nxt = tf.where(skip < 0, pos + 2 + length, pos + tf.cast(skip, tf.int64))
+            stop = exif | tf.equal(skip, 0) | ((skip < 0) & (length < 2))
+            return tf.where(stop, tf.constant(-1, tf.int64), nxt), tf.where(exif, pos, found)
 
         return tf.while_loop(
-            lambda k, pos, found: (k < EXIF_SEGMENTS) & (pos >= 0) & (pos + 4 <= size),
-            step, (tf.constant(0), start, tf.constant(-1, tf.int64)))[2]
+            lambda pos, found: (pos >= 0) & (pos + 4 <= size),
+            step, (start, tf.constant(-1, tf.int64)))[1]
 
     def read():
         def find():
@@ -358,11 +397,12 @@ def exif_orientation(contents, words=None):
     return tf.cond(tf.equal(route, ROUTE_NONE), lambda: tf.constant(1, tf.int32), read)
 
 
-def jpeg_sof_offset(contents, max_segments: int = _F.JPEG_MAX_SEGMENTS):
+def jpeg_sof_offset(contents):
     """Byte offset (int64 scalar) of a JPEG's start-of-frame marker, -1 when none.
 
     Walks the segments after SOI by their lengths, one 4-byte marker + length
-    read per segment (at most ``max_segments``), with the rules of
+    read per segment, however many (the walk is bounded by the file's own
+    bytes: each step moves on by at least one), with the rules of
     ``formats.variant``: fill bytes (FF FF) and RSTn / TEM markers (no
     length) are stepped over; a scan (SOS), the end of image, a byte that is
     not a marker or a length below 2 ends the walk. ``pipeline.scan`` keeps
@@ -372,7 +412,7 @@ def jpeg_sof_offset(contents, max_segments: int = _F.JPEG_MAX_SEGMENTS):
     size = tf.cast(tf.strings.length(contents), tf.int64)
     sof = tf.constant(_F.JPEG_SOF, tf.int64)
 
-    def step(k, pos, found):
+    def step(pos, found):
         b = bytes_at(contents, pos, 4)
         marker, length = b[1], 256 * b[2] + b[3]
         is_ff = tf.equal(b[0], 0xFF)
@@ -382,12 +422,12 @@ def jpeg_sof_offset(contents, max_segments: int = _F.JPEG_MAX_SEGMENTS):
         stop = ~is_ff | tf.equal(marker, 0xD9) | tf.equal(marker, 0xDA) | (
             ~fill & ~no_length & (length < 2))
         nxt = tf.where(fill, pos + 1, tf.where(no_length, pos + 2, pos + 2 + length))
-        return (k + 1, tf.where(stop | is_sof, tf.constant(-1, tf.int64), nxt),
+        return (tf.where(stop | is_sof, tf.constant(-1, tf.int64), nxt),
                 tf.where(is_sof, pos, found))
 
     return tf.while_loop(
-        lambda k, pos, found: (k < max_segments) & (pos >= 0) & (pos + 4 <= size) & (found < 0),
-        step, (tf.constant(0), tf.constant(2, tf.int64), tf.constant(-1, tf.int64)))[2]
+        lambda pos, found: (pos >= 0) & (pos + 4 <= size) & (found < 0),
+        step, (tf.constant(2, tf.int64), tf.constant(-1, tf.int64)))[1]
 
 
 def ifd0_short(contents, tiff, tag: int):
@@ -414,6 +454,49 @@ def ifd0_short(contents, tiff, tag: int):
     tags, _, _, _, values, _ = tf.unstack(tf.reshape(entries, [EXIF_ENTRIES, 6]), num=6, axis=1)
     hit = tf.equal(tags, tag) & tf.less(_ENTRY_INDEX, count)
     return tf.reduce_any(hit), tf.reduce_max(tf.where(hit, values, 0))
+
+
+def gif_plain(contents):
+    """bool scalar: a GIF whose first frame ``tf.io.decode_gif`` gives as displayed.
+
+    That is a first frame covering the whole logical screen from (0, 0) with no
+    transparent index in the Graphic Control Extension before it (GIF89a,
+    sections 18, 20, 23). Other GIFs (an offset or smaller first frame, a
+    transparent index) are decoded by Pillow, whose first frame is the
+    displayed one: ``decode_gif`` gives such a frame at its own size or the
+    transparent pixels as black. Walks the blocks before the first image
+    descriptor (extensions, by their sub-blocks): one byte read per step, a
+    loop bounded by the file's bytes.
+    """
+    size = tf.cast(tf.strings.length(contents), tf.int64)
+    head = bytes_at(contents, 0, 13)
+    flags = head[10]
+    start = 13 + tf.where(tf.bitwise.bitwise_and(flags, 0x80) > 0,
+                          3 * tf.bitwise.left_shift(tf.constant(2, tf.int64),
+                                                    tf.bitwise.bitwise_and(flags, 7)), 0)
+
+    def step(pos, sub, transparent, found):
+        b = bytes_at(contents, pos, 4)
+        # in an extension's sub-blocks: a size byte, 0 ends the extension
+        in_sub = sub > 0
+        block_end = in_sub & tf.equal(b[0], 0)
+        descriptor = ~in_sub & tf.equal(b[0], 0x2C)
+        extension = ~in_sub & tf.equal(b[0], 0x21)
+        gce = extension & tf.equal(b[1], 0xF9)
+        transparent = transparent | (gce & tf.equal(tf.bitwise.bitwise_and(b[3], 1), 1))
+        nxt = tf.where(in_sub, pos + 1 + b[0], pos + 2)
+        nxt = tf.where(descriptor | ~(in_sub | extension), tf.constant(-1, tf.int64), nxt)
+        new_sub = tf.where(extension, 1, tf.where(block_end, 0, sub))
+        return nxt, new_sub, transparent, tf.where(descriptor, pos, found)
+
+    _, _, transparent, found = tf.while_loop(
+        lambda pos, sub, t, found: (pos >= 0) & (pos < size) & (found < 0), step,
+        (start, tf.constant(0), tf.constant(False), tf.constant(-1, tf.int64)))
+    d = bytes_at(contents, found, 9)
+    le = lambda i: d[i] + 256 * d[i + 1]
+    screen = lambda i: head[i] + 256 * head[i + 1]
+    return (found < 0) | (~transparent & tf.equal(le(1), 0) & tf.equal(le(3), 0)
+                          & tf.equal(le(5), screen(6)) & tf.equal(le(7), screen(8)))
 
 
 def header_size(contents, fmt, head=None, tfio_tiff: bool = False):
@@ -664,6 +747,8 @@ class Decoder:
             return True
         if fmt == "bmp":
             return not self.bmp_in_graph and not _plain_bmp(head)
+        if fmt == "gif":
+            return not _gif_plain(head)
         if fmt == "webp":
             animated = head[12:16] == b"VP8X" and len(head) > 20 and bool(head[20] & 2)
             return animated or not (self.core_webp or "webp" in self.tfio_formats)
@@ -744,6 +829,22 @@ class Decoder:
             # 255: decode as stored and add an opaque alpha ourselves.
             return to_channels(tf.io.decode_png(contents, channels=0), 4)
         return tf.io.decode_png(contents, channels=self.channels)
+
+    def _gif(self, contents):
+        """GIF -> (uint8 [h, w, channels], reason): the displayed first frame.
+        ``tf.io.decode_gif`` for a first frame covering the screen with no
+        transparency (``gif_plain``); the others by the Pillow fallback
+        (transparent pixels: the stored palette colour, alpha 0), or refused
+        where it cannot run."""
+        plain = gif_plain(contents)
+        decode = lambda: from_rgb(tf.io.decode_gif(contents)[0], self.channels)
+        slow = (lambda: self._fallback(contents)) if self.fallback else self.placeholder
+        img = tf.cond(plain, decode, slow)
+        img.set_shape([None, None, self.channels])
+        reason = tf.constant("") if self.fallback else tf.where(
+            plain, "", _NO_FALLBACK % "a GIF with a transparent index or a first frame that "
+            "does not cover the screen")
+        return img, reason
 
     def _bmp(self, contents, head):
         """Plain BMPs (24-bit, uncompressed, 40-byte header, bottom-up rows) by
@@ -1124,7 +1225,7 @@ class Decoder:
         branches = [
             bad,  # JPEG: never here (``decode`` routes it by the same signature)
             other(lambda: (self._png(contents), tf.constant(""))),
-            other(lambda: (from_rgb(tf.io.decode_gif(contents)[0], c), tf.constant(""))),
+            other(lambda: self._gif(contents)),
             other(lambda: self._bmp(contents, head)),
         ]
         # Formats past BMP: WebP by TensorFlow's own op where it exists, the

@@ -146,10 +146,6 @@ _BMP_HEADERS = {12: "OS/2 1.x", 40: "v3", 52: "v3+masks", 56: "v3+alpha", 64: "O
 
 # JPEG start-of-frame markers (ITU T.81 table B.1: SOF0-3, 5-7, 9-11, 13-15).
 JPEG_SOF = (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF)
-# Segments walked before the start of frame, at most: each is at most 64 KB, so
-# a JPEG's APPn segments (EXIF, ICC profiles split over several APP2 segments,
-# XMP, thumbnails) fit many times over; a file that has more is left unparsed.
-JPEG_MAX_SEGMENTS = 1024
 
 
 def _jpeg_variant(head: bytes, read_at: Optional[Callable[[int, int], bytes]]) -> str:
@@ -164,7 +160,7 @@ def _jpeg_variant(head: bytes, read_at: Optional[Callable[[int, int], bytes]]) -
         return read_at(pos, size)
 
     out, pos, exif = ["JPEG"], 2, False
-    for _ in range(JPEG_MAX_SEGMENTS):
+    while True:  # every step moves on by at least one byte: bounded by the file
         seg = at(pos, 20)  # marker, length, and the SOF fields (3 components: 19 bytes)
         if len(seg) < 4 or seg[0] != 0xFF:
             break
@@ -214,7 +210,7 @@ def variant(head: bytes, read_at: Optional[Callable[[int, int], bytes]] = None) 
         head: the file's first bytes (or all of them).
         read_at: optional ``f(offset, size) -> bytes`` reading the file at
             any offset. A JPEG's segments are walked by their lengths up to
-            its start of frame (at most ``JPEG_MAX_SEGMENTS``), so that
+            its start of frame (however many there are), so that
             segments before it (a large ICC profile in APP2, an EXIF
             thumbnail) do not hide its variant: those beyond ``head`` are
             read with ``read_at`` (a few bytes each). Without it, a JPEG

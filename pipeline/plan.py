@@ -42,14 +42,31 @@ EXACT_SHUFFLE_ROWS = 100_000
 graph_fn = tf.autograph.experimental.do_not_convert
 
 
-def _epoch_keys(seed: Optional[int]) -> tf.data.Dataset:
-    """One int64 [2] key per epoch, drawn from ``seed``."""
+def epoch_keys(seed: Optional[int]) -> tf.data.Dataset:
+    """One int64 [2] key per epoch (per iterator), drawn from ``seed``."""
     return tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(
         2, drop_remainder=True).take(1)
 
 
-def rows(n: int, opts) -> Tuple[tf.data.Dataset, Optional[int]]:
+def _shuffle(ds, buffer_size, opts, key, which: int):
+    """``ds.shuffle``: reshuffled each iteration from ``opts.seed``, or, given an
+    epoch key (int64 [2]), in the one order that key and ``which`` (0 or 1)
+    give, whatever process or iterator runs it."""
+    if key is None:
+        return ds.shuffle(buffer_size, seed=opts.seed, reshuffle_each_iteration=True)
+    return ds.shuffle(buffer_size, seed=key[which], reshuffle_each_iteration=False)
+
+
+def rows(n: int, opts, key=None) -> Tuple[tf.data.Dataset, Optional[int]]:
     """This input pipeline's rows of an n-row table, sharded then shuffled.
+
+    Args:
+        n: rows in the table.
+        opts: the ``ImageOptions``.
+        key: None (each iteration reshuffles from ``opts.seed``), or the
+            epoch's int64 [2] key (``epoch_keys``): the order is a function
+            of the key alone (what makes a restored iterator continue as an
+            unbroken run).
 
     Returns:
         (dataset of int64 scalar rows, the number of rows per epoch, or None
@@ -70,19 +87,22 @@ def rows(n: int, opts) -> Tuple[tf.data.Dataset, Optional[int]]:
         if m <= EXACT_SHUFFLE_ROWS or opts.service:
             # A uniform shuffle of all the rows (8 bytes each); its source stays
             # splittable for the tf.data service's dynamic sharding.
-            ds = ds.shuffle(m, seed=opts.seed, reshuffle_each_iteration=True)
+            ds = _shuffle(ds, m, opts, key, 0)
         else:
             def permuted(key):
                 return tf.data.Dataset.range(m).map(graph_fn(
                     lambda j: i + k * tf.random.experimental.index_shuffle(j, key, m - 1)))
-            ds = _epoch_keys(opts.seed).flat_map(graph_fn(permuted))
+            if key is None:
+                ds = epoch_keys(opts.seed).flat_map(graph_fn(permuted))
+            else:
+                ds = permuted(key)
     if opts.service and opts.processing_mode != "off":
         expected = None  # the service splits the plan between its workers
     return ds, expected
 
 
 def records(files: Sequence[str], counts: Sequence[int], opts, reader: Callable,
-            buffer_size: int) -> Tuple[tf.data.Dataset, Optional[int]]:
+            buffer_size: int, key=None) -> Tuple[tf.data.Dataset, Optional[int]]:
     """This input pipeline's records of TFRecord shards, sharded then shuffled.
 
     Args:
@@ -90,6 +110,7 @@ def records(files: Sequence[str], counts: Sequence[int], opts, reader: Callable,
         counts: records per shard.
         reader: ``f(file) -> Dataset`` of serialized records.
         buffer_size: encoded records held for shuffling.
+        key: None or the epoch's key, as for ``rows``.
 
     Returns:
         (dataset of serialized records, records per epoch or None when the
@@ -105,7 +126,7 @@ def records(files: Sequence[str], counts: Sequence[int], opts, reader: Callable,
         if k > 1:
             ds = ds.shard(k, i)
         if opts.shuffle and len(mine) > 1:
-            ds = ds.shuffle(len(mine), seed=opts.seed, reshuffle_each_iteration=True)
+            ds = _shuffle(ds, len(mine), opts, key, 0)
     else:
         expected = len(range(i, n, k))
         logging.info("pipeline: %d shards < %d input pipelines: every pipeline reads all "
@@ -120,8 +141,7 @@ def records(files: Sequence[str], counts: Sequence[int], opts, reader: Callable,
     if not by_file:
         ds = ds.shard(k, i)
     if opts.shuffle:
-        ds = ds.shuffle(max(1, min(expected, buffer_size)), seed=opts.seed,
-                        reshuffle_each_iteration=True)
+        ds = _shuffle(ds, max(1, min(expected, buffer_size)), opts, key, 1)
     if opts.service and opts.processing_mode != "off":
         expected = None
     return ds, expected

@@ -787,3 +787,64 @@ def test_unlabelled_elements_with_cache_and_augment_are_images(corpus, tmp_path,
         augment=pipeline.Augment(horizontal_flip=True), **no_labels)
     assert ds.element_spec == tf.TensorSpec([None, 8, 8, 3], tf.uint8), ds.element_spec
     assert isinstance(next(iter(ds)), tf.Tensor)
+
+
+# --- resume at a random step of a random epoch -------------------------------------------------
+
+RESUME_EXAMPLES = 3
+RESUME_EPOCHS = 3
+
+
+@st.composite
+def resume_cases(draw):
+    cfg = Config(
+        source=draw(st.sampled_from(["directory", "manifest", "tfrecords"])), shards=2,
+        shuffle=draw(st.booleans()), seed=draw(st.integers(0, 2 ** 31 - 1)),
+        cache=draw(st.sampled_from([None, None, "memory"])), augment=True,
+        label_mode="int", split=None, subset=None, pipelines=None, bad=draw(st.booleans()),
+        on_error="skip", resize="stretch", image_size=(6, 6),
+        batch=draw(st.sampled_from([None, 2, 5])), channels=3)
+    return cfg, draw(st.integers(0, RESUME_EPOCHS - 1)), draw(st.floats(0, 1))
+
+
+@given(case=resume_cases())
+@settings(settings.get_profile(PROFILE), max_examples=RESUME_EXAMPLES)
+def test_resume_at_random_step_matches_unbroken_run(corpus, tmp_path_factory, case):
+    """An iterator checkpoint taken at a random step of a random epoch and restored
+    into a fresh dataset (a new dataset object: what a new process builds) continues
+    with the unbroken run's elements, order and pixels, in every later epoch."""
+    cfg, epoch, frac = case
+    cache_dir = str(tmp_path_factory.mktemp("resume"))
+    kw = factory_kwargs(cfg, cache_dir)
+    # random ops: a crop window and brightness per element and epoch
+    kw["augment"] = pipeline.Augment(random_resized_crop=True, horizontal_flip=True,
+                                     brightness=0.3)
+
+    def key(el):
+        return tuple(np.asarray(t).tobytes() for t in tf.nest.flatten(el))
+
+    def run(ds):
+        return ds.repeat(RESUME_EPOCHS)
+
+    def make_aug():  # as ``build``, with the random augment
+        tree = "bad" if cfg.bad else "clean"
+        if cfg.source == "directory":
+            return pipeline.from_directory(corpus.bad if cfg.bad else corpus.clean, **kw)
+        if cfg.source == "manifest":
+            return pipeline.from_manifest(corpus.manifest_bad if cfg.bad else
+                                          corpus.manifest_clean, class_names=list(CLASSES), **kw)
+        return pipeline.from_tfrecords(corpus.shards[(tree, cfg.shards)], **kw)
+
+    unbroken = [key(el) for el in run(make_aug())]
+    per_epoch = len(unbroken) // RESUME_EPOCHS
+    assert per_epoch * RESUME_EPOCHS == len(unbroken) and per_epoch > 0
+    stop = epoch * per_epoch + min(per_epoch - 1, int(frac * per_epoch))
+    it = iter(run(make_aug()))
+    before = [key(next(it)) for _ in range(stop)]
+    path = tf.train.Checkpoint(iterator=it).save(os.path.join(cache_dir, "ck", "it"))
+    restored = iter(run(make_aug()))
+    tf.train.Checkpoint(iterator=restored).restore(path)
+    after = [key(el) for el in restored]
+    note(f"stop={stop} per_epoch={per_epoch}")
+    assert before == unbroken[:stop]
+    assert after == unbroken[stop:]
