@@ -360,15 +360,25 @@ def index_paths(paths, labels=None, class_names=None) -> Index:
 
 
 def split(index: Index, validation_split: float, seed: Optional[int]):
-    """Splits an Index into (training, validation), disjoint and complete, as Keras does.
+    """Splits an Index into (training, validation) by file, disjoint and complete, as Keras does.
 
-    Rows are permuted with ``numpy.random.RandomState(seed or 0)`` (Keras
-    shuffles its file list with the same generator) and the last
-    ``int(n * validation_split)`` rows form the validation subset, so the
-    same seed gives Keras' split and the same split in separate calls. Each
+    The distinct files (paths, in order of first appearance) are permuted with
+    ``numpy.random.RandomState(seed or 0)`` (Keras shuffles its file list with
+    the same generator) and the last ``int(n_files * validation_split)``
+    files form the validation subset, so the same seed gives Keras' split
+    and the same split in separate calls. Every row of a file goes to that
+    file's side: a manifest that lists a file several times (oversampling)
+    delivers all its rows within one subset, never on both sides. Without
+    repeated paths, files are rows and the split is Keras' row for row. Each
     subset keeps index order (shuffling happens per epoch).
     """
     n = len(index)
-    n_val = int(n * validation_split)
-    rows = np.random.RandomState(0 if seed is None else seed).permutation(n)
-    return index.subset(np.sort(rows[: n - n_val])), index.subset(np.sort(rows[n - n_val:]))
+    first = {}
+    for p in index.paths:
+        first.setdefault(p, len(first))
+    n_files = len(first)  # == n without repeated paths: then files are rows (Keras')
+    files = np.random.RandomState(0 if seed is None else seed).permutation(n_files)
+    in_val = np.zeros(n_files, bool)
+    in_val[files[n_files - int(n_files * validation_split):]] = True
+    row_val = in_val[np.fromiter((first[p] for p in index.paths), np.int64, n)]
+    return index.subset(np.flatnonzero(~row_val)), index.subset(np.flatnonzero(row_val))
