@@ -652,13 +652,20 @@ def build_subsets(idx: index_lib.Index, opts: config_lib.ImageOptions):
     the validation subset is not augmented unless ``augment_validation``).
     """
     num_classes = idx.num_classes
+
+    def unlisted(ds):  # folders that could not be listed (on_error="skip") are bad inputs
+        for folder, why in idx.unlisted.items():
+            ds.pipeline_built.error_log.add(folder, why)
+        return ds
+
     if opts.validation_split is None:
-        return build(idx, opts, num_classes=num_classes)
+        return unlisted(build(idx, opts, num_classes=num_classes))
     train, val = index_lib.split(idx, opts.validation_split, opts.seed)
-    make = {"training": lambda: build(train, opts.for_subset("training"),
-                                      num_classes=num_classes, subset_name="training"),
-            "validation": lambda: build(val, opts.for_subset("validation"),
-                                        num_classes=num_classes, subset_name="validation")}
+    make = {"training": lambda: unlisted(build(train, opts.for_subset("training"),
+                                               num_classes=num_classes, subset_name="training")),
+            "validation": lambda: unlisted(build(val, opts.for_subset("validation"),
+                                                 num_classes=num_classes,
+                                                 subset_name="validation"))}
     if opts.subset == "both":
         return make["training"](), make["validation"]()
     return make[opts.subset]()

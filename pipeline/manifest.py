@@ -8,6 +8,7 @@ that ``build`` assembles exactly like a folder of class sub-folders.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -308,11 +309,20 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
                                               class_names)
     errors = {}
     for row, (path, line_no) in enumerate(zip(paths, lines)):
-        if read.is_remote(path) or os.path.exists(path):
+        if read.is_remote(path):
             continue
-        why = read.link_problem(path) if os.path.lexists(path) else "file not found"
+        try:
+            os.stat(path)
+            continue
+        except OSError as e:
+            code = e.errno
+            if code in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                why = read.link_problem(path) if os.path.lexists(path) else "file not found"
+                code = errno.ENOENT
+            else:  # e.g. a folder on its path that cannot be searched (EACCES)
+                why = f"cannot access file ({e.strerror or e})"
         if not missing_ok:
-            raise FileNotFoundError(f"{manifest}, line {line_no}: {why}: {path!r}")
+            raise OSError(code, f"{manifest}, line {line_no}: {why}: {path!r}")
         errors[row] = f"{why} (listed on line {line_no} of {os.path.basename(manifest)})"
     errors = index_lib.check_tiffs(paths, errors)
     duplicates = find_duplicates(paths, lines)
