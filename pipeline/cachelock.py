@@ -25,19 +25,26 @@ NFS v4 emulates it with byte-range locks across hosts).
 
 from __future__ import annotations
 
+import collections
 import errno
 import fcntl
 import glob
 import os
 import threading
-from typing import Dict, List
+from typing import List
 
 from absl import logging
 
 SUFFIX = ".inuse"
 
+# Claims held at once by one process; past this many caches the oldest claim is dropped
+# (its fd closed), so that a process building thousands of cached datasets (a property
+# sweep) does not run out of file descriptors. A dropped claim only matters if its
+# cache is still being written and another process then finds its lockfile.
+MAX_HELD = 128
+
 _lock = threading.Lock()
-_held: Dict[str, int] = {}  # prefix -> fd holding LOCK_SH, for this process's lifetime
+_held: "collections.OrderedDict[str, int]" = collections.OrderedDict()  # prefix -> fd (LOCK_SH)
 
 
 def partial_files(prefix: str) -> List[str]:
@@ -109,3 +116,5 @@ def claim(prefix: str) -> None:
             os.close(fd)
             raise
         _held[prefix] = fd
+        while len(_held) > MAX_HELD:
+            os.close(_held.popitem(last=False)[1])
