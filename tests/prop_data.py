@@ -276,5 +276,5 @@ def write_repeated_manifest(corpus: Corpus, repeats: Dict[int, int], path: str,
     rows = [(os.path.join(corpus.clean, CLASSES[corpus.files[i].label],
                           os.path.basename(corpus.files[i].path)),
              CLASSES[corpus.files[i].label]) for i in ids]
-    _write_manifest(path, corpus.base, rows)
+    _write_manifest(path, os.path.dirname(path), rows)  # relative to the manifest's folder
     return ids

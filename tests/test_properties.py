@@ -420,7 +420,7 @@ def test_validation_split_with_repeated_manifest_rows(corpus, case):
     assume(0 < n_val < len(files))
     cache_dir = tempfile.mkdtemp(dir=corpus.base, prefix="split-")
     try:
-        man = os.path.join(cache_dir, "m.csv")
+        man = cache_dir + ".csv"  # in corpus.base, beside the trees it names
         pdata.write_repeated_manifest(corpus, case["repeats"], man, case["order_seed"])
         k = case["pipelines"] or 1
         sides = {"training": [Counter(), Counter()], "validation": [Counter(), Counter()]}
@@ -458,6 +458,8 @@ def test_validation_split_with_repeated_manifest_rows(corpus, case):
                 assert n == case["repeats"][i], f"file {i}: {n} rows, listed {case['repeats'][i]}"
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
+        if os.path.exists(cache_dir + ".csv"):
+            os.remove(cache_dir + ".csv")
 
 
 def _log_example(cfg, outcome, seconds):
