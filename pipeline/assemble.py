@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
 import hashlib
 import os
 import shutil
@@ -28,6 +29,7 @@ from typing import Callable, List, Optional, Set, Union
 import tensorflow as tf
 from absl import logging
 
+from pipeline import cachelock
 from pipeline import config as config_lib
 from pipeline import decode as decode_lib
 from pipeline import formats
@@ -357,7 +359,10 @@ def cache_file(opts, source) -> str:
     mode, EXIF, max_pixels, fast_jpeg, sharding). A cache written for other
     files or options is never read back as this dataset's. The cache holds
     decoded elements before the guard, so an epoch that meets a bad file
-    still completes it, and the file is named again every epoch.
+    still completes it, and the file is named again every epoch. The prefix
+    is a literal path (``[ ] * ?`` in it are not patterns). What a writer
+    stopped mid-epoch (SIGTERM, SIGKILL) left behind is removed when no
+    running process holds the cache (``pipeline.cachelock``).
     """
     h = hashlib.sha1()
     parts = ["elements v2: decoded, before the guard", opts.image_size, opts.resize,
@@ -374,10 +379,12 @@ def cache_file(opts, source) -> str:
         for arr in (source.labels, source.weights):
             h.update(b"-" if arr is None else arr.tobytes())
     prefix = f"{opts.cache}-{h.hexdigest()[:16]}"
+    if not read.is_remote(prefix):
+        cachelock.claim(prefix)  # a killed writer's lockfile and partial files go
     # An epoch that failed on a bad file (raise mode) leaves an index with no
     # data: TensorFlow would read it back as an empty, complete cache.
     if (not read.is_remote(prefix) and os.path.exists(prefix + ".index")
-            and not tf.io.gfile.glob(prefix + ".data-*")):
+            and not glob.glob(glob.escape(prefix) + ".data-*")):
         logging.warning("pipeline: removing the incomplete cache %s.index (an earlier epoch "
                         "did not finish)", prefix)
         os.remove(prefix + ".index")
@@ -711,13 +718,20 @@ def build_subsets(idx: index_lib.Index, opts: config_lib.ImageOptions):
     the validation subset is not augmented unless ``augment_validation``).
     """
     num_classes = idx.num_classes
+
+    def unlisted(ds):  # folders that could not be listed (on_error="skip") are bad inputs
+        for folder, why in idx.unlisted.items():
+            ds.pipeline_built.error_log.add(folder, why)
+        return ds
+
     if opts.validation_split is None:
-        return build(idx, opts, num_classes=num_classes)
+        return unlisted(build(idx, opts, num_classes=num_classes))
     train, val = index_lib.split(idx, opts.validation_split, opts.seed)
-    make = {"training": lambda: build(train, opts.for_subset("training"),
-                                      num_classes=num_classes, subset_name="training"),
-            "validation": lambda: build(val, opts.for_subset("validation"),
-                                        num_classes=num_classes, subset_name="validation")}
+    make = {"training": lambda: unlisted(build(train, opts.for_subset("training"),
+                                               num_classes=num_classes, subset_name="training")),
+            "validation": lambda: unlisted(build(val, opts.for_subset("validation"),
+                                                 num_classes=num_classes,
+                                                 subset_name="validation"))}
     if opts.subset == "both":
         return make["training"](), make["validation"]()
     return make[opts.subset]()

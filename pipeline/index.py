@@ -48,6 +48,11 @@ class Index:
             lists more than once (each row is still delivered).
         in_no_class: image files directly under a class-folder root, in no
             class folder, left out (they have no class).
+        unlisted: {folder: reason} for folders that could not be listed
+            (``on_error="skip"`` only; under "raise" the listing raises).
+        links: {path: reason} for symbolic links left out: a link to a
+            folder not followed (``follow_links=False``), a dangling link or a
+            link loop without an image extension.
     """
     paths: List[str]
     labels: Optional[np.ndarray]
@@ -57,6 +62,8 @@ class Index:
     left_out: List[str] = dataclasses.field(default_factory=list)
     duplicates: Dict[str, List[int]] = dataclasses.field(default_factory=dict)
     in_no_class: List[str] = dataclasses.field(default_factory=list)
+    unlisted: Dict[str, str] = dataclasses.field(default_factory=dict)
+    links: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.labels is not None and not isinstance(self.labels, np.ndarray):
@@ -136,26 +143,42 @@ def _check_int_labels(labels, class_names) -> np.ndarray:
     return np.asarray(labels, np.int64)
 
 
-def list_images(folder: str, follow_links: bool = False, top: Optional[str] = None):
+LINK_NOT_FOLLOWED = "symbolic link to a folder, not followed (follow_links=False)"
+
+
+def list_images(folder: str, follow_links: bool = False, top: Optional[str] = None,
+                unlisted: Optional[Dict[str, str]] = None,
+                links: Optional[Dict[str, str]] = None):
     """Image files under ``folder`` (recursively), sorted, and the rows already known bad.
 
     Hidden files and folders and files without an image extension
     (case-insensitive: ``.JPEG`` counts) are ignored, counted and logged once.
-    Symbolic links are kept, so that dangling ones are reported as bad files
-    rather than silently dropped.
+    Symbolic links to files are kept (as Keras, which lists them), so that
+    dangling ones with an image extension are reported as bad files rather
+    than silently dropped. Folders that cannot be listed go to ``unlisted``
+    ({folder: reason}); links to folders not followed, and dangling links or
+    link loops without an image extension, go to ``links`` ({path: reason}).
 
     Returns:
         (list of str paths, {position: reason}, list of paths left out for
         their extension).
     """
     out, errors, hidden, left_out = [], {}, 0, []
+    unlisted = {} if unlisted is None else unlisted
+    links = {} if links is None else links
     for path, why, problem in read.walk(folder, follow_links, top):
-        if why:
+        if why == read.UNLISTABLE:
+            unlisted[path] = problem
+        elif why == read.LINK_TO_FOLDER:
+            links[path] = LINK_NOT_FOLLOWED
+        elif why:
             hidden += 1
         elif path.lower().endswith(formats.IMAGE_EXTENSIONS):
             if problem:
                 errors[len(out)] = problem
             out.append(path)
+        elif problem:
+            links[path] = problem
         else:
             left_out.append(path)
     if hidden:
@@ -172,6 +195,32 @@ def warn_left_out(left_out: Sequence[str], directory: str) -> None:
             "extension (%s), e.g. %s; pipeline.scan lists them. Image extensions: %s",
             len(left_out), directory, ", ".join(f"{e}: {n}" for e, n in exts.most_common(5)),
             left_out[0], " ".join(formats.IMAGE_EXTENSIONS))
+
+
+def warn_links(links: Dict[str, str], directory: str) -> None:
+    """One warning per kind of symbolic link left out (not followed, dangling, loop)."""
+    by_reason = collections.defaultdict(list)
+    for p, why in links.items():
+        by_reason[why].append(p)
+    for why, paths in by_reason.items():
+        if why == LINK_NOT_FOLLOWED:
+            logging.warning(
+                "pipeline: did not follow %d symbolic link(s) to folders under %s "
+                "(follow_links=False), e.g. %s; their images are not read. Pass "
+                "follow_links=True to read them", len(paths), directory, paths[0])
+        else:
+            logging.warning("pipeline: left out %d %s(s) under %s, e.g. %s; pipeline.scan "
+                            "lists them", len(paths), why, directory, paths[0])
+
+
+def unlistable_error(unlisted: Dict[str, str]) -> OSError:
+    """The error for folders that cannot be listed (under ``on_error="raise"``)."""
+    folder, why = next(iter(unlisted.items()))
+    more = f" (and {len(unlisted) - 1} more folder(s))" if len(unlisted) > 1 else ""
+    return OSError(f"pipeline: {why}: {folder!r}{more}; the images in it cannot be read. "
+                   "Make it listable, or pass on_error='skip' to leave it out (it is then "
+                   "recorded in pipeline.errors(dataset) and scan's report). "
+                   "Received: on_error='raise'")
 
 
 def warn_in_no_class(in_no_class: Sequence[str], directory: str) -> None:
@@ -229,7 +278,7 @@ def index_directory(directory, *args, **kwargs) -> "Index":
 
 
 def _index_directory(directory, labels="inferred", class_names=None,
-                    follow_links: bool = False) -> Index:
+                     follow_links: bool = False, on_error: str = "raise") -> Index:
     """Lists a folder (local or URI) into an ``Index``, as Keras' image_dataset_from_directory.
 
     With ``labels="inferred"``, each sub-folder is a class; class names are the
@@ -237,8 +286,15 @@ def _index_directory(directory, labels="inferred", class_names=None,
     Files are ordered by class, then by path. With a sequence of labels, they
     are given in the sorted order of all image files under ``directory``.
 
+    A folder that cannot be listed (a class folder or any folder under it) is
+    a bad input: with ``on_error="raise"`` it raises, naming it; with
+    "skip" it is left out and kept in ``Index.unlisted``. ``directory``
+    itself must be listable.
+
     Raises:
         FileNotFoundError: ``directory`` does not exist (the path is named).
+        OSError: ``directory`` cannot be listed, or (``on_error="raise"``) a
+            folder under it cannot be listed (named).
         ValueError: not a folder, no class folders, an unknown class name,
             bad labels, or no images.
     """
@@ -260,9 +316,18 @@ def _index_directory(directory, labels="inferred", class_names=None,
     errors: Dict[int, str] = {}
     left_out: List[str] = []
     in_no_class: List[str] = []
+    unlisted: Dict[str, str] = {}
+    links: Dict[str, str] = {}
     label_list = None
     if isinstance(labels, str) and labels == "inferred":
         entries = read.listdir(directory)
+        if not remote:  # a dangling link where a class folder was meant
+            for n, is_dir in entries:
+                p = read.join(directory, n)
+                if not is_dir and not read.is_hidden(n) and os.path.islink(p):
+                    if read.link_problem(p) and not n.lower().endswith(
+                            formats.IMAGE_EXTENSIONS):
+                        links[p] = read.link_problem(p)
         subdirs = [n for n, is_dir in entries if is_dir and not read.is_hidden(n)]
         in_no_class = [read.join(directory, n) for n, is_dir in entries
                        if not is_dir and not read.is_hidden(n)
@@ -284,7 +349,7 @@ def _index_directory(directory, labels="inferred", class_names=None,
         counts, empty = [], []
         for name in class_names:
             files, errs, skipped = list_images(read.join(directory, name), follow_links,
-                                               directory)
+                                               directory, unlisted, links)
             errors.update({len(paths) + k: e for k, e in errs.items()})
             left_out.extend(skipped)
             paths.extend(files)
@@ -295,7 +360,9 @@ def _index_directory(directory, labels="inferred", class_names=None,
             logging.warning("pipeline: class folder(s) with no images: %s", empty)
         label_list = np.repeat(np.arange(len(class_names), dtype=np.int64), counts)
     else:
-        paths, errors, left_out = list_images(directory, follow_links)
+        paths, errors, left_out = list_images(directory, follow_links, None, unlisted, links)
+        if directory in unlisted:
+            raise OSError(f"pipeline: {unlisted[directory]}: `directory` {directory!r}")
         if labels is not None:
             given = list(labels)
             if len(given) != len(paths):
@@ -303,12 +370,17 @@ def _index_directory(directory, labels="inferred", class_names=None,
                     f"`labels` has {len(given)} entries but {directory!r} has "
                     f"{len(paths)} image files (sorted order). Received: labels=<{len(given)} items>")
             label_list = _check_int_labels(given, class_names)
+    if unlisted and on_error == "raise":
+        raise unlistable_error(unlisted)
     warn_left_out(left_out, directory)
     warn_in_no_class(in_no_class, directory)
+    warn_links(links, directory)
     if not paths:
-        raise ValueError(f"No image files found in `directory`. Received: directory={directory!r}")
+        raise ValueError(f"No image files found in `directory`. Received: directory={directory!r}"
+                         + (f" ({len(unlisted)} folder(s) could not be listed, e.g. "
+                            f"{next(iter(unlisted))!r})" if unlisted else ""))
     return Index(paths, label_list, class_names, None, check_tiffs(paths, errors), left_out,
-                 in_no_class=in_no_class)
+                 in_no_class=in_no_class, unlisted=unlisted, links=links)
 
 
 def index_paths(paths, labels=None, class_names=None) -> Index:
@@ -369,15 +441,25 @@ def index_paths(paths, labels=None, class_names=None) -> Index:
 
 
 def split(index: Index, validation_split: float, seed: Optional[int]):
-    """Splits an Index into (training, validation), disjoint and complete, as Keras does.
+    """Splits an Index into (training, validation) by file, disjoint and complete, as Keras does.
 
-    Rows are permuted with ``numpy.random.RandomState(seed or 0)`` (Keras
-    shuffles its file list with the same generator) and the last
-    ``int(n * validation_split)`` rows form the validation subset, so the
-    same seed gives Keras' split and the same split in separate calls. Each
+    The distinct files (paths, in order of first appearance) are permuted with
+    ``numpy.random.RandomState(seed or 0)`` (Keras shuffles its file list with
+    the same generator) and the last ``int(n_files * validation_split)``
+    files form the validation subset, so the same seed gives Keras' split
+    and the same split in separate calls. Every row of a file goes to that
+    file's side: a manifest that lists a file several times (oversampling)
+    delivers all its rows within one subset, never on both sides. Without
+    repeated paths, files are rows and the split is Keras' row for row. Each
     subset keeps index order (shuffling happens per epoch).
     """
     n = len(index)
-    n_val = int(n * validation_split)
-    rows = np.random.RandomState(0 if seed is None else seed).permutation(n)
-    return index.subset(np.sort(rows[: n - n_val])), index.subset(np.sort(rows[n - n_val:]))
+    first = {}
+    for p in index.paths:
+        first.setdefault(p, len(first))
+    n_files = len(first)  # == n without repeated paths: then files are rows (Keras')
+    files = np.random.RandomState(0 if seed is None else seed).permutation(n_files)
+    in_val = np.zeros(n_files, bool)
+    in_val[files[n_files - int(n_files * validation_split):]] = True
+    row_val = in_val[np.fromiter((first[p] for p in index.paths), np.int64, n)]
+    return index.subset(np.flatnonzero(~row_val)), index.subset(np.flatnonzero(row_val))

@@ -8,6 +8,7 @@ that ``build`` assembles exactly like a folder of class sub-folders.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -204,6 +205,8 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
     Raises:
         FileNotFoundError: the manifest, or a listed local file, is missing
             (the message names the manifest line).
+        PermissionError: a listed local file cannot be accessed (e.g. a
+            folder on its path cannot be searched; the line is named).
         ManifestError (a ValueError): a missing column, an empty path, an
             unparseable label, or a path escaping ``root``; the message names
             the manifest file and the line number.
@@ -308,11 +311,22 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
                                               class_names)
     errors = {}
     for row, (path, line_no) in enumerate(zip(paths, lines)):
-        if read.is_remote(path) or os.path.exists(path):
+        if read.is_remote(path):
             continue
-        why = read.link_problem(path) if os.path.lexists(path) else "file not found"
+        try:
+            os.stat(path)
+            continue
+        except OSError as e:
+            code = e.errno
+            if code in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                why = read.link_problem(path) if os.path.lexists(path) else "file not found"
+                code = errno.ENOENT
+            else:  # e.g. a folder on its path that cannot be searched (EACCES)
+                why = f"cannot access file ({e.strerror or e})"
         if not missing_ok:
-            raise FileNotFoundError(f"{manifest}, line {line_no}: {why}: {path!r}")
+            kind = (FileNotFoundError if code == errno.ENOENT else
+                    PermissionError if code in (errno.EACCES, errno.EPERM) else OSError)
+            raise kind(f"{manifest}, line {line_no}: {why}: {path!r}")
         errors[row] = f"{why} (listed on line {line_no} of {os.path.basename(manifest)})"
     errors = index_lib.check_tiffs(paths, errors)
     duplicates = find_duplicates(paths, lines)

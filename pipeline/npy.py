@@ -85,7 +85,10 @@ def read_header(path: str) -> NpyInfo:
 def _files(arg, name) -> List[str]:
     if isinstance(arg, (str, os.PathLike)):
         arg = os.fspath(arg)
-        files = sorted(glob_lib.glob(arg)) if any(c in arg for c in "*?[") else [arg]
+        # An existing file is itself, never a pattern (``data[1].npy``); only a
+        # string naming no file is globbed (glob.escape makes [ * ? literal).
+        files = ([arg] if os.path.exists(arg) or not any(c in arg for c in "*?[")
+                 else sorted(glob_lib.glob(arg)))
     else:
         files = sorted(os.fspath(f) for f in arg)
     if not files:
@@ -133,10 +136,14 @@ def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[in
     """Paired ``.npy`` shards (``inputs_k.npy``, ``labels_k.npy``) -> streamed rows.
 
     Args:
-        inputs: a glob or a list of ``.npy`` files; sorted, and paired with
-            ``labels`` by that sorted order.
-        labels: None, or a glob / list of ``.npy`` files, one per input file,
-            with the same number of rows.
+        inputs: a ``.npy`` file, a glob or a list of ``.npy`` files; sorted,
+            and paired with ``labels`` by that sorted order. A path that
+            exists is read literally, even with ``[ ] * ?`` in its name; a
+            string that names no file is a glob (``glob.glob``), in which
+            ``glob.escape`` makes such characters literal
+            (``glob.escape("run[7]") + "/inputs_*.npy"``).
+        labels: None, or a file, glob or list of ``.npy`` files, one per
+            input file, with the same number of rows (read as ``inputs``).
         shuffle: bool; the shard order is reshuffled every epoch and rows go
             through a shuffle buffer of ``shuffle_buffer_size`` rows.
         seed: int or None; the same seed gives the same order.

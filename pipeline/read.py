@@ -321,6 +321,8 @@ def listdir(folder: str) -> List[Tuple[str, bool]]:
     Raises:
         FileNotFoundError: the folder does not exist or cannot be listed
             (with the s3 hints for URIs).
+        OSError: a local folder cannot be listed (the subclass of its errno,
+            e.g. ``PermissionError``; the folder is named).
     """
     if is_remote(folder) and reader(folder) == "fsspec":
         tree = getattr(_SCOPE, "tree", None)
@@ -354,8 +356,16 @@ def listdir(folder: str) -> List[Tuple[str, bool]]:
                                          and tf.io.gfile.isdir(posixpath.join(folder, n)))
             out[n.rstrip("/")] = out.get(n.rstrip("/"), False) or is_dir
         return sorted(out.items())
-    with os.scandir(folder) as it:
-        return sorted((e.name, e.is_dir(follow_symlinks=True)) for e in it)
+    try:
+        with os.scandir(folder) as it:
+            return sorted((e.name, e.is_dir(follow_symlinks=True)) for e in it)
+    except OSError as e:
+        raise OSError(e.errno, f"pipeline: cannot list folder {folder!r} "
+                               f"({e.strerror or e})") from None
+
+
+UNLISTABLE = "unlistable"
+LINK_TO_FOLDER = "link to folder"
 
 
 def walk(folder: str, follow_links: bool = False, top: Optional[str] = None
@@ -364,6 +374,12 @@ def walk(folder: str, follow_links: bool = False, top: Optional[str] = None
 
     ``problem`` is "" or why a symbolic link cannot be followed (dangling,
     loop): only links are checked, one ``stat`` each.
+
+    Two more kinds of entries are yielded for local folders, never silently
+    dropped: a folder that cannot be listed (``folder`` itself or any
+    sub-folder: ``os.scandir`` raised) as ``(folder, "unlistable", "cannot
+    list folder (<reason>)")``, and, with ``follow_links=False``, a symbolic
+    link to a folder as ``(link, "link to folder", "")``.
 
     Local folders: one ``os.scandir`` per folder, no per-file ``stat`` (the
     entry types come with the listing). Linked folders are followed only with
@@ -398,7 +414,7 @@ def walk(folder: str, follow_links: bool = False, top: Optional[str] = None
             with os.scandir(d) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as e:
-            logging.warning("pipeline: cannot list folder %s: %s", d, e)
+            yield d, UNLISTABLE, f"cannot list folder ({e.strerror or e})"
             return
         for e in entries:
             if is_hidden(e.name):
@@ -408,7 +424,9 @@ def walk(folder: str, follow_links: bool = False, top: Optional[str] = None
                 is_dir = e.is_dir(follow_symlinks=follow_links)
             except OSError:
                 is_dir = False
-            if is_dir:
+            if not is_dir and not follow_links and e.is_symlink() and os.path.isdir(e.path):
+                yield e.path, LINK_TO_FOLDER, ""
+            elif is_dir:
                 yield from local(e.path, ancestors)
             else:
                 yield e.path, None, link_problem(e.path) if e.is_symlink() else ""

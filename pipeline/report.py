@@ -130,6 +130,11 @@ class ScanReport:
         duplicates: list of {"path", "lines"}: files a manifest lists on
             more than one line (the factories deliver every row; the file
             is counted once per row in the other fields).
+        unlistable_folders: list of {"path", "reason"}: folders that could
+            not be listed (their images are not counted anywhere else).
+        links_not_read: list of {"path", "reason"}: symbolic links left out:
+            links to folders not followed (``follow_links=False``), dangling
+            links and link loops without an image extension.
     """
     num_files: int
     num_ok: int
@@ -145,6 +150,8 @@ class ScanReport:
     stack: str = ""
     duplicates: List[dict] = dataclasses.field(default_factory=list)
     in_no_class: List[str] = dataclasses.field(default_factory=list)
+    unlistable_folders: List[dict] = dataclasses.field(default_factory=list)
+    links_not_read: List[dict] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -193,6 +200,15 @@ class ScanReport:
                        "delivered)")
             for d in self.duplicates:
                 out.append(f"  {d['path']}: lines {', '.join(map(str, d['lines']))}")
+        if self.unlistable_folders:
+            out.append(f"\nfolders that cannot be listed ({len(self.unlistable_folders)}; "
+                       "their images are not read)")
+            for u in self.unlistable_folders:
+                out.append(f"  {u['path']}: {u['reason']}")
+        if self.links_not_read:
+            out.append(f"\nsymbolic links left out ({len(self.links_not_read)})")
+            for u in self.links_not_read:
+                out.append(f"  {u['path']}: {u['reason']}")
         if self.bad_files:
             out.append(f"\nbad files ({len(self.bad_files)})")
             for b in self.bad_files:
@@ -227,7 +243,7 @@ def _index_for(source, follow_links=False, allow_outside_root=False, manifest_kw
     if os.path.isdir(source):
         has_dirs = any(e.is_dir() and not e.name.startswith(".") for e in os.scandir(source))
         return index_lib.index_directory(source, "inferred" if has_dirs else None,
-                                         follow_links=follow_links)
+                                         follow_links=follow_links, on_error="skip")
     return index_lib.index_directory(source)  # raises the not-found error
 
 
@@ -422,5 +438,7 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
         extension_mismatches=mism, bad_files=bad,
         total_bytes=int(sizes.clip(0).sum()), per_variant=dict(variants.most_common()),
         left_out=list(idx.left_out), in_no_class=list(idx.in_no_class), stack=stack_line(),
-        duplicates=[{"path": p, "lines": list(ls)} for p, ls in idx.duplicates.items()])
+        duplicates=[{"path": p, "lines": list(ls)} for p, ls in idx.duplicates.items()],
+        unlistable_folders=[{"path": p, "reason": r} for p, r in idx.unlisted.items()],
+        links_not_read=[{"path": p, "reason": r} for p, r in idx.links.items()])
 

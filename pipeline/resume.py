@@ -208,7 +208,8 @@ class IteratorCheckpoint(keras.callbacks.Callback):
             # The manager deletes checkpoints past max_to_keep; their
             # .pending.npz files go with them.
             kept = {os.path.abspath(c) for c in self.manager.checkpoints}
-            for old in glob.glob(os.path.join(self.directory, "iterator-*.pending.npz")):
+            for old in glob.glob(os.path.join(glob.escape(self.directory),
+                                                 "iterator-*.pending.npz")):
                 if os.path.abspath(old[:-len(".pending.npz")]) not in kept:
                     os.remove(old)
         self._batches_since_save = 0

@@ -339,6 +339,14 @@ def stored_path(path: str) -> str:
 def list_files(files) -> List[str]:
     """Shard files from a folder, a glob or a list (sorted).
 
+    A path that exists is read as itself, never as a pattern: a folder gives
+    its ``*.tfrecord`` files (listed, not globbed, so ``shards[1]/`` never
+    matches ``shards1/``), a file gives itself. Only a string that names no
+    existing path and holds ``*``, ``?`` or ``[`` is a glob
+    (``tf.io.gfile.glob``); to match literal ``[``, ``*`` or ``?`` in the
+    folder part of a pattern, escape it as ``glob.escape`` does
+    (``glob.escape("run[7]") + "/*.tfrecord"``).
+
     Raises:
         ValueError: no files found.
         FileNotFoundError: ``files`` is a path that does not exist.
@@ -347,14 +355,15 @@ def list_files(files) -> List[str]:
         files = os.fspath(files)
         read.ensure_filesystem(files, in_graph=True)
         if tf.io.gfile.isdir(files):
-            found = sorted(tf.io.gfile.glob(read.join(files, "*.tfrecord")))
+            found = sorted(read.join(files, n.rstrip("/")) for n in tf.io.gfile.listdir(files)
+                           if n.rstrip("/").endswith(".tfrecord"))
+        elif tf.io.gfile.exists(files):
+            found = [files]
         elif any(ch in files for ch in "*?["):
             found = sorted(tf.io.gfile.glob(files))
-        elif not tf.io.gfile.exists(files):
+        else:
             raise FileNotFoundError(f"`files` does not exist (a folder of shards, a glob or a "
                                     f"list of files): {files!r}")
-        else:
-            found = [files]
     else:
         found = [os.fspath(f) for f in files]
         if found:
@@ -412,7 +421,8 @@ def open_records(files, opts, shuffle_buffer_size: int = 1024) -> assemble.Recor
 
     Args:
         files: a folder of shards, a glob, or a list of shard files (local or
-            ``s3://``); ``dataset.json`` must sit beside them.
+            ``s3://``); ``dataset.json`` must sit beside them. An existing
+            path is read literally (``list_files``).
         opts: validated options (``label_mode`` already resolved).
         shuffle_buffer_size: int >= 1, encoded records held for shuffling.
 

@@ -63,7 +63,9 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
             sequence of int labels, one per image file in sorted path order.
         class_names: sequence of str or None: fixes the class order and may
             name a subset of the sub-folders.
-        follow_links: bool, follow symbolically linked folders.
+        follow_links: bool, follow symbolically linked folders. Without it,
+            each link to a folder is left out and named in one warning (and
+            in ``scan``'s report); links to files are read (as Keras).
         **options: the image options, see ``pipeline.config.ImageOptions``
             (``image_size``, ``batch_size``, ``shuffle``, ``seed``,
             ``validation_split``, ``subset``, ``label_mode``, ``augment``,
@@ -82,6 +84,9 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
             received), no images, no class folders, an unknown class name, or
             an empty subset.
         FileNotFoundError: the directory does not exist.
+        OSError: ``directory`` cannot be listed, or, with ``on_error="raise"``,
+            a folder under it cannot be listed (named; with "skip" it is
+            recorded in ``pipeline.errors(ds)``).
     """
     opts = config_lib.make_options("from_directory", **options)
     if isinstance(labels, str) and labels != "inferred" or not (
@@ -89,7 +94,8 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
         raise ValueError("`labels` must be 'inferred', None or a sequence of labels. "
                          f"{checks.received('labels', labels)}")
     follow_links = checks.check_bool("follow_links", follow_links)
-    idx = index_lib.index_directory(directory, labels, class_names, follow_links)
+    idx = index_lib.index_directory(directory, labels, class_names, follow_links,
+                                    on_error=opts.on_error)
     if labels is None:
         opts = dataclasses.replace(opts, label_mode=None)
     return assemble.build_subsets(idx, opts)
@@ -210,7 +216,10 @@ def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
 
     Args:
         files: a folder of shards, a glob, or a list of shard files (local or
-            ``s3://``); ``dataset.json`` must sit beside them.
+            ``s3://``); ``dataset.json`` must sit beside them. A path that
+            exists (folder or file) is read literally, never as a pattern, even
+            with ``[ ] * ?`` in its name; a string that names no existing path
+            is a glob, in which ``glob.escape`` makes such characters literal.
         shuffle_buffer_size: int >= 1, encoded records held for shuffling.
         **options: the image options, see ``pipeline.config.ImageOptions``.
             ``label_mode`` defaults to "int" for class labels, "multi_hot" /

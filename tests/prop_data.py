@@ -265,3 +265,16 @@ def hypergeom_bounds(population: int, successes: int, draws: int, alpha: float):
         acc += pmf[hi]
         hi -= 1
     return lo, hi
+
+
+def write_repeated_manifest(corpus: Corpus, repeats: Dict[int, int], path: str,
+                            order_seed: int = 0) -> List[int]:
+    """A manifest of the clean files that lists file ``i`` ``repeats[i]`` times (oversampling),
+    the rows in a shuffled order (``order_seed``); returns the ids of its rows, in order."""
+    ids = [i for i, k in sorted(repeats.items()) for _ in range(k)]
+    ids = [ids[k] for k in np.random.RandomState(order_seed).permutation(len(ids))]
+    rows = [(os.path.join(corpus.clean, CLASSES[corpus.files[i].label],
+                          os.path.basename(corpus.files[i].path)),
+             CLASSES[corpus.files[i].label]) for i in ids]
+    _write_manifest(path, os.path.dirname(path), rows)  # relative to the manifest's folder
+    return ids

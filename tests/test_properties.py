@@ -396,6 +396,72 @@ def test_option_space(corpus, cfg):
         _log_example(cfg, outcome, time.monotonic() - start)
 
 
+@st.composite
+def repeated_rows(draw):
+    """Files listed 1-4 times each in a shuffled manifest, with a split and options."""
+    ids = draw(st.lists(st.integers(0, N - 1), min_size=2, max_size=8, unique=True))
+    reps = draw(st.lists(st.integers(1, 4), min_size=len(ids), max_size=len(ids)))
+    return dict(repeats=dict(zip(ids, reps)), order_seed=draw(st.integers(0, 1000)),
+                split=draw(st.sampled_from([0.2, 0.3, 0.5, 0.7])),
+                seed=draw(st.one_of(st.none(), st.integers(0, 2 ** 31 - 1))),
+                shuffle=draw(st.booleans()), batch=draw(st.sampled_from([None, 1, 3])),
+                cache=draw(st.sampled_from([None, "memory", "file"])),
+                pipelines=draw(st.sampled_from([None, 2])))
+
+
+@given(case=repeated_rows())
+@settings(settings.get_profile(PROFILE))
+def test_validation_split_with_repeated_manifest_rows(corpus, case):
+    """``validation_split`` splits by file: every row of a file is delivered on that
+    file's side (as many times as it is listed), no file is on both sides, and the
+    validation side holds int(files * split) files; two epochs, every input pipeline."""
+    files = sorted(case["repeats"])
+    n_val = int(len(files) * case["split"])
+    assume(0 < n_val < len(files))
+    cache_dir = tempfile.mkdtemp(dir=corpus.base, prefix="split-")
+    try:
+        man = cache_dir + ".csv"  # in corpus.base, beside the trees it names
+        pdata.write_repeated_manifest(corpus, case["repeats"], man, case["order_seed"])
+        k = case["pipelines"] or 1
+        sides = {"training": [Counter(), Counter()], "validation": [Counter(), Counter()]}
+        for pid in range(k):
+            kw = dict(image_size=(8, 8), batch_size=None if case["batch"] is None
+                      else case["batch"] * k, shuffle=case["shuffle"], seed=case["seed"],
+                      validation_split=case["split"], subset="both", label_mode="int",
+                      class_names=list(CLASSES))
+            if case["cache"] == "memory":
+                kw["cache"] = "memory"
+            elif case["cache"] == "file":
+                kw["cache"] = os.path.join(cache_dir, "c")
+            if case["pipelines"]:
+                kw["input_context"] = tf.distribute.InputContext(
+                    num_input_pipelines=k, input_pipeline_id=pid, num_replicas_in_sync=k)
+            train, val = pipeline.from_manifest(man, **kw)
+            table = pdata.expected_table(3)
+            for name, ds in (("training", train), ("validation", val)):
+                for epoch in range(2):
+                    for x, y in ds:
+                        x, y = x.numpy(), y.numpy()
+                        if case["batch"] is None:
+                            x, y = x[None], y[None]
+                        for r in range(x.shape[0]):
+                            i, problem = pdata.decode_id(x[r], 3, table, TOL)
+                            assert problem is None, problem
+                            assert int(y[r]) == pdata.label_of(i), (i, y[r])
+                            sides[name][epoch][i] += 1
+        for epoch in range(2):
+            tr, va = sides["training"][epoch], sides["validation"][epoch]
+            assert not set(tr) & set(va), f"files on both sides: {sorted(set(tr) & set(va))}"
+            assert set(tr) | set(va) == set(files), (sorted(tr), sorted(va), files)
+            assert len(va) == n_val, (len(va), n_val)
+            for i, n in list(tr.items()) + list(va.items()):
+                assert n == case["repeats"][i], f"file {i}: {n} rows, listed {case['repeats'][i]}"
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        if os.path.exists(cache_dir + ".csv"):
+            os.remove(cache_dir + ".csv")
+
+
 def _log_example(cfg, outcome, seconds):
     """One line per example to the file PIPELINE_PROP_LOG names (if set): a sweep's count."""
     path = os.environ.get("PIPELINE_PROP_LOG")
