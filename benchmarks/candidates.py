@@ -320,7 +320,8 @@ bench.register("torch", _torch, "torch DataLoader, Pillow, num_workers=cores",
 bench.register("dali", _dali, "NVIDIA DALI CPU pipeline: decoders.image + resize "
                "(bilinear, no antialias), cores threads", precheck=_no_dali)
 bench.register("dali_train", _dali_train, "NVIDIA DALI CPU pipeline: decoders.image_random_crop"
-               " + resize + flip, cores threads", precheck=_no_dali)
+               " + resize + flip, cores threads", precheck=_no_dali,
+               quality=False)
 bench.register("dali_aa", _dali_aa, "NVIDIA DALI CPU pipeline, eval with DALI's default "
                "antialiased resize", precheck=_no_dali)
 

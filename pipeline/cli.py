@@ -753,7 +753,7 @@ def cmd_bench(argv: List[str]) -> int:
                        sample.data_dir_label(data_dir), size), flush=True)
     # A peer that fails (e.g. Keras on a bad file) is reported, not fatal.
     results = bench.run_candidates(names, spec, repeats=FLAGS.repeats, progress=FLAGS.progress,
-                                   keep_going=True)
+                                   keep_going=True, quality_images=bench.QUALITY_IMAGES)
     if not bench.ok(results["pipeline"]):
         print(bench.format_table(results))
         print(f"pipeline bench: pipeline failed: {results['pipeline'].get('error', '')}",
@@ -778,7 +778,9 @@ def cmd_bench(argv: List[str]) -> int:
     out = {k: main[k] for k in ("images_per_sec", "first_batch_sec", "peak_rss_mb",
                                 "num_images", "epochs", "images_per_cpu_sec",
                                 "steady_images_per_cpu_sec", "cpu_cores_used",
-                                "rss_after_import_mb")}
+                                "rss_after_import_mb") + tuple(
+                                    k for k in ("psnr_db_median", "psnr_db_p5", "psnr_images")
+                                    if k in main)}
     out["spread"] = bench.spread(main)
     out["options"] = dict(spec, data_dir=sample.data_dir_label(data_dir), candidates=names,
                           repeats=FLAGS.repeats)
