@@ -12,8 +12,9 @@ Figures (all per candidate):
     first_batch_sec: seconds from building the dataset to its first batch.
     peak_rss_mb: the process's peak resident memory (MiB).
     rss_after_import_mb: resident memory after importing TensorFlow (MiB).
-    images_per_cpu_sec: images / process CPU seconds over the epochs
-        (steadier than images/s on a noisy machine).
+    images_per_cpu_sec: images / CPU seconds over the epochs (steadier than
+        images/s on a noisy machine): this process's and its worker
+        processes' (``cpu_seconds``).
     cpu_cores_used: CPU seconds / wall seconds over the epochs.
     steady_images_per_cpu_sec, steady_cpu_cores_used: the same over the
         steady state only (after each epoch's first batch, as images_per_sec).
@@ -163,6 +164,50 @@ def _status_mb(field: str) -> float:
     return float("nan")
 
 
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _descendants(pid: int) -> List[int]:
+    """The live descendant processes of ``pid`` (``/proc/PID/task/*/children``)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
+
+
+def _proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a live process (``/proc/PID/stat``), 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14, 15)
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its descendants: ``time.process_time()``,
+    plus the children that ended and were waited for (``os.times()``), plus the live
+    descendant processes (``/proc``). A loader's worker processes (torch's
+    ``DataLoader``, Grain's ``mp_prefetch``) are so counted in images per
+    CPU-second; a candidate without worker processes gets ``process_time()``."""
+    t = os.times()
+    return (time.process_time() + t.children_user + t.children_system
+            + sum(_proc_cpu(p) for p in _descendants(os.getpid())))
+
+
 def _batch_len(batch) -> int:
     x = batch[0] if isinstance(batch, (tuple, list)) else batch
     return int(x.shape[0])
@@ -198,10 +243,10 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
     epochs = spec.get("epochs", 3)
     n_total, steady_n, steady_t, steady_cpu, start_cpu = 0, 0, 0.0, 0.0, 0.0
     first_batch = None
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    cpu0, wall0 = cpu_seconds(), time.perf_counter()
     total = spec.get("num_images")
     for epoch in range(epochs):
-        c_start = time.process_time()
+        c_start = cpu_seconds()
         t_first = c_first = None
         n = 0
         # The bar shows the table's measure, not tqdm's rate (which counts each epoch's
@@ -212,7 +257,7 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
         for batch in ds:
             b = _batch_len(batch)
             if t_first is None:
-                t_first, c_first = time.perf_counter(), time.process_time()
+                t_first, c_first = time.perf_counter(), cpu_seconds()
                 start_cpu += c_first - c_start
                 if first_batch is None:
                     first_batch = t_first - t_build
@@ -225,12 +270,12 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
             bar.update(b)
         if t_first is not None:
             steady_t += time.perf_counter() - t_first
-            steady_cpu += time.process_time() - c_first
+            steady_cpu += cpu_seconds() - c_first
             if progress:  # the epoch's end counts too: the last figure shown is the table's
                 bar.set_postfix_str(STEADY_POSTFIX.format(_rate_text(steady_n, steady_t)))
         bar.close()
         n_total += n
-    cpu = time.process_time() - cpu0
+    cpu = cpu_seconds() - cpu0
     t_end = time.perf_counter()
     wall = t_end - wall0
     out = {

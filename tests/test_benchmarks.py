@@ -71,7 +71,7 @@ def test_peers(photos, tmp_path):
     res = out["candidates"]
     assert list(res) == ["pipeline", "pipeline_train", "pipeline_train_nofast", "keras",
                          "keras_aug", "plain", "tf1_queue", "pydataset", "in_memory", "torch",
-                         "dali", "dali_train", "decode_limit"]
+                         "grain", "dali", "dali_train", "decode_limit"]
     assert out["num_images"] == N and out["cores"] >= 1
     for name in ("pipeline", "pipeline_train", "pipeline_train_nofast", "keras", "keras_aug",
                  "plain", "pydataset", "in_memory", "decode_limit"):
@@ -86,6 +86,11 @@ def test_peers(photos, tmp_path):
     except ImportError:
         assert "torch" in res["torch"]["skipped"] and "torch" in out["skipped"]
         assert "skipped torch" in stdout
+    if _grain_installed():
+        _figures_ok(res["grain"], N)
+        assert res["grain"]["num_workers"] == out["cores"]
+    else:
+        assert "pip install grain" in res["grain"]["skipped"] and "grain" in out["skipped"]
     if _dali_installed():
         _figures_ok(res["dali"], N // 8 * 8)  # full batches only
         assert out["ratios"]["train_vs_dali_cpu"] == pytest.approx(
@@ -112,6 +117,11 @@ def test_peers(photos, tmp_path):
     assert mem["load_cpu_sec"] > 0
     assert res["pydataset"]["workers"] == 2
     assert "eval_vs_keras" in stdout and "decode_limit" in stdout
+
+
+def _grain_installed():
+    import importlib.util
+    return importlib.util.find_spec("grain") is not None
 
 
 def _dali_installed():
@@ -381,3 +391,47 @@ def test_data_dir_help_says_each_thing_once():
                 sentences = [s.strip() for s in re.split(r"[.;]", text) if s.strip()]
                 assert len(sentences) == len(set(sentences)), (name, text)
     assert found >= 8
+
+
+def test_grain_peer_runs_or_says_why_not(photos, peers_module, monkeypatch):
+    """Grain (MapDataset + Pillow in mp_prefetch worker processes) where it is installed:
+    every image once per epoch, across two epochs of one iterator; elsewhere skipped,
+    before a subprocess starts, with the install hint."""
+    from pipeline import bench
+    spec = {"data_dir": photos, "image_size": [48, 40], "batch_size": 8, "epochs": 2,
+            "seed": 0, "num_images": N}
+    if _grain_installed():
+        res = bench.run_candidates(["grain"], spec, progress=False, quality_images=8)
+        r = res["grain"]
+        _figures_ok(r, 2 * N)
+        assert r["num_workers"] >= 1 and r["grain_version"]
+        assert r["psnr_images"] == 8 and r["psnr_db_median"] > 30  # Pillow's reducing bilinear
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "grain" else real(name, *a))
+    monkeypatch.setattr(bench, "run_candidate", lambda *a, **k: pytest.fail("subprocess started"))
+    res = bench.run_candidates(["grain"], spec, progress=False)
+    assert res["grain"]["skipped"] == peers_module.GRAIN_MISSING
+    assert "pip install grain" in peers_module.GRAIN_MISSING
+
+
+def test_cpu_seconds_counts_worker_processes():
+    """A loader's worker processes burn CPU outside this process: cpu_seconds counts a
+    live child's CPU (process_time does not)."""
+    from pipeline import bench
+    import time
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 1.0: pass\nimport sys\n"
+                              "sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        c0, p0 = bench.cpu_seconds(), time.process_time()
+        deadline = time.time() + 60
+        while bench._proc_cpu(child.pid) < 1.0 and time.time() < deadline:
+            time.sleep(0.1)
+        c1, p1 = bench.cpu_seconds(), time.process_time()
+        assert bench._proc_cpu(child.pid) >= 1.0
+        assert child.pid in bench._descendants(os.getpid())
+        assert (c1 - c0) - (p1 - p0) > 0.5  # the child's second, less what it had at c0
+    finally:
+        child.communicate(b"", timeout=30)
