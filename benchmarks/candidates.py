@@ -46,6 +46,11 @@ Candidates added here:
         processes, whose CPU time the harness counts (``bench.cpu_seconds``).
         Skipped when Grain is not installed.
 
+    records, records_train: ``pipeline.from_tfrecords`` on a folder of shards
+        (the spec's ``data_dir``), eval mode and train mode (``Augment(
+        random_resized_crop=True, horizontal_flip=True)``); for
+        ``stored_resolution.py``.
+
 Also here: ``symlink_tree`` (folders of N links to the photos of a folder) and
 ``data_dir_flag_help`` for the scripts of this folder, which take their data
 folder from ``--data_dir``, else ``pipeline.sample.default_data_dir()``.
@@ -227,6 +232,28 @@ def _torch(spec):
         g.manual_seed(spec["seed"])
     return DataLoader(Photos(), batch_size=spec["batch_size"], shuffle=True, generator=g,
                       num_workers=config_lib.cpu_count(), persistent_workers=True)
+
+
+# --- pipeline reading TFRecord shards ---------------------------------------
+
+def _records(spec, train=False):
+    """``pipeline.from_tfrecords`` on the shards folder ``spec["data_dir"]`` (eval, or
+    train mode with ``Augment(random_resized_crop=True, horizontal_flip=True)``)."""
+    import pipeline
+    kw = dict(spec.get("options", {}))
+    if train:
+        kw["augment"] = pipeline.Augment(random_resized_crop=True, horizontal_flip=True)
+    return pipeline.from_tfrecords(spec["data_dir"], image_size=tuple(spec["image_size"]),
+                                   batch_size=spec["batch_size"], seed=spec.get("seed"), **kw)
+
+
+def _records_train(spec):
+    return _records(spec, train=True)
+
+
+bench.register("records", _records, "pipeline.from_tfrecords (eval mode), data_dir = shards")
+bench.register("records_train", _records_train, "pipeline.from_tfrecords + Augment("
+               "random_resized_crop, horizontal_flip), data_dir = shards", quality=False)
 
 
 # --- Grain (google/grain), Pillow decode in worker processes -----------------

@@ -435,3 +435,67 @@ def test_cpu_seconds_counts_worker_processes():
         assert (c1 - c0) - (p1 - p0) > 0.5  # the child's second, less what it had at c0
     finally:
         child.communicate(b"", timeout=30)
+
+
+def test_hires_set_makes_mosaics_of_the_photos(photos, tmp_path):
+    """benchmarks/hires_set.py at tiny sizes: the files, their sizes, their tiles (each
+    tile is a source photo fitted to it), the sample links, the JSON; a second run
+    keeps the files."""
+    out = tmp_path / "hires"
+    stdout = _run("hires_set.py", f"--data_dir={photos}", f"--out_dir={out}",
+                  "--sizes=96x64,40x30", "--num_mosaics=6", "--num_classes=2", "--quality=95")
+    meta = json.loads((out / "hires_set.json").read_text())
+    assert meta["quality"] == 95 and meta["source_photos"] == N
+    assert sorted(meta["sets"]) == ["40x30", "96x64", "sample"]
+    assert meta["sets"]["sample"]["images"] == N
+    links = [p for d in (out / "sample").iterdir() for p in d.iterdir()]
+    assert len(links) == N and all(p.is_symlink() for p in links)
+    for name, (w, h) in (("96x64", (96, 64)), ("40x30", (40, 30))):
+        files = sorted((out / name).glob("class_*/mosaic_*.jpg"))
+        assert len(files) == 6 and meta["sets"][name]["images"] == 6
+        assert sorted({f.parent.name for f in files}) == ["class_000", "class_001"]
+        for f in files:
+            with Image.open(f) as im:
+                assert im.size == (w, h) and im.format == "JPEG"
+    assert meta["sets"]["96x64"]["photos_per_image"] == 16  # 4x4 tiles of 24x16
+    # mosaic 1's first tile is source photo 16 (sorted), fitted to 24x16
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    try:
+        import hires_set
+    finally:
+        sys.path.pop(0)
+    src = hires_set.photo_paths(photos)
+    tile = np.asarray(hires_set.fit_tile(src[16], 24, 16), np.float64)
+    with Image.open(out / "96x64" / "class_001" / "mosaic_00001.jpg") as im:
+        got = np.asarray(im.convert("RGB"), np.float64)[:16, :24]
+    from pipeline import quality
+    own = quality.psnr(got, tile)  # the tile, through one JPEG (q=95, 4:2:0) of noisy photos
+    others = [quality.psnr(got, np.asarray(hires_set.fit_tile(p, 24, 16), np.float64))
+              for k, p in enumerate(src) if k != 16]
+    assert own > 18 and own > max(others) + 6, (own, max(others))
+    before = {f: f.stat().st_mtime_ns for f in (out / "96x64").glob("*/*.jpg")}
+    _run("hires_set.py", f"--data_dir={photos}", f"--out_dir={out}", "--sizes=96x64",
+         "--num_mosaics=6", "--num_classes=2", "--quality=95")
+    assert {f: f.stat().st_mtime_ns for f in (out / "96x64").glob("*/*.jpg")} == before
+    assert "96x64: 6 images" in stdout
+
+
+def test_plot_benchmarks_draws_every_size(tmp_path):
+    """benchmarks/plot_benchmarks.py on two peers.py-shaped results, one with the
+    in-memory ceiling far off the scale and a skipped candidate."""
+    def res(scale):
+        c = {n: {"images_per_sec": v * scale, "steady_images_per_cpu_sec": v / 2,
+                 "psnr_db_median": 33.0, "psnr_db_p5": 28.0}
+             for n, v in (("pipeline", 900), ("keras", 800), ("plain", 950))}
+        c["in_memory"] = {"images_per_sec": 90000, "steady_images_per_cpu_sec": 50000}
+        c["dali"] = {"name": "dali", "skipped": "not installed"}
+        return {"candidates": c, "num_images": 1000, "image_size": 224, "batch_size": 64,
+                "epochs": 2, "repeats": 2, "cores": 2, "data_dir": "sample"}
+    files = []
+    for k, scale in enumerate((1, 0.05)):
+        f = tmp_path / f"r{k}.json"
+        f.write_text(json.dumps(res(scale)))
+        files.append(str(f))
+    _run("plot_benchmarks.py", *files, f"--png_out={tmp_path / 'p.png'}")
+    png = tmp_path / "p.png"
+    assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 20000
