@@ -9,6 +9,8 @@ it is left out of the bars and written as a dashed line, or as a note at the axi
 end when it is off the scale. Skipped and failed candidates are listed under the
 row's title.
 
+Also prints each result as the markdown table of docs/benchmarks.md.
+
     python benchmarks/plot_benchmarks.py benchmarks/results/peers_sample_224.json \\
         benchmarks/results/peers_1600x1200_224.json --png_out=docs/benchmarks.png
 """
@@ -105,6 +107,23 @@ def plot(results, path, labels=()):
     return path
 
 
+def markdown_table(out) -> str:
+    """The docs/benchmarks.md table of one result: a row per candidate (images/s,
+    images per CPU-second, PSNR median / 5th percentile), skipped ones with why."""
+    rows = ["| candidate | images/s | images per CPU-second | PSNR dB (median / p5) |",
+            "|---|---|---|---|"]
+    for n, r in out["candidates"].items():
+        if "skipped" in r or "error" in r:
+            why = r.get("skipped") or "failed"
+            rows.append(f"| {n} | - | - | not run: {why.split(';')[0]} |")
+            continue
+        psnr = (f"{r['psnr_db_median']:.1f} / {r['psnr_db_p5']:.1f}"
+                if _num(r.get("psnr_db_median")) else "-")
+        rows.append(f"| {n} | {r['images_per_sec']:,.0f} | "
+                    f"{r['steady_images_per_cpu_sec']:,.0f} | {psnr} |")
+    return "\n".join(rows)
+
+
 def main(argv):
     files = argv[1:]
     if not files:
@@ -113,6 +132,8 @@ def main(argv):
     for f in files:
         with open(f) as fh:
             results.append(json.load(fh))
+    for f, out in zip(files, results):
+        print(f"{f}:\n{markdown_table(out)}\n")
     print(plot(results, FLAGS.png_out, FLAGS.labels))
 
 
