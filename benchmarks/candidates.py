@@ -38,6 +38,18 @@ Candidates added here:
         across epochs, so no decode is wasted on padding. Skipped when DALI
         is not installed: ``pip install nvidia-dali-cuda120`` (CPU-only use
         needs no GPU; about 0.5 GB of wheels; not a dependency of the package).
+    grain: Grain (``pip install grain``; the ``bench`` extra): a ``MapDataset``
+        of (path, label) -> ``shuffle`` -> ``map`` (Pillow decode + bilinear
+        resize, as ``torch``) -> ``batch`` -> ``repeat``, read through
+        ``to_iter_dataset(ReadOptions(num_threads=2))`` and
+        ``mp_prefetch(MultiprocessingOptions(num_workers=cores))``: worker
+        processes, whose CPU time the harness counts (``bench.cpu_seconds``).
+        Skipped when Grain is not installed.
+
+    records, records_train: ``pipeline.from_tfrecords`` on a folder of shards
+        (the spec's ``data_dir``), eval mode and train mode (``Augment(
+        random_resized_crop=True, horizontal_flip=True)``); for
+        ``stored_resolution.py``.
 
 Also here: ``symlink_tree`` (folders of N links to the photos of a folder) and
 ``data_dir_flag_help`` for the scripts of this folder, which take their data
@@ -222,6 +234,96 @@ def _torch(spec):
                       num_workers=config_lib.cpu_count(), persistent_workers=True)
 
 
+# --- pipeline reading TFRecord shards ---------------------------------------
+
+def _records(spec, train=False):
+    """``pipeline.from_tfrecords`` on the shards folder ``spec["data_dir"]`` (eval, or
+    train mode with ``Augment(random_resized_crop=True, horizontal_flip=True)``)."""
+    import pipeline
+    kw = dict(spec.get("options", {}))
+    if train:
+        kw["augment"] = pipeline.Augment(random_resized_crop=True, horizontal_flip=True)
+    return pipeline.from_tfrecords(spec["data_dir"], image_size=tuple(spec["image_size"]),
+                                   batch_size=spec["batch_size"], seed=spec.get("seed"), **kw)
+
+
+def _records_train(spec):
+    return _records(spec, train=True)
+
+
+bench.register("records", _records, "pipeline.from_tfrecords (eval mode), data_dir = shards")
+bench.register("records_train", _records_train, "pipeline.from_tfrecords + Augment("
+               "random_resized_crop, horizontal_flip), data_dir = shards", quality=False)
+
+
+# --- Grain (google/grain), Pillow decode in worker processes -----------------
+
+GRAIN_MISSING = ("Grain is not installed here (import grain failed); pip install grain "
+                 "(or the package's `bench` extra) to run it")
+
+
+def _no_grain():
+    import importlib.util
+    return None if importlib.util.find_spec("grain") is not None else GRAIN_MISSING
+
+
+class GrainBatches:
+    """Grain's recommended input: ``MapDataset.source(files).shuffle(seed).map(decode)
+    .batch(batch_size).repeat()`` -> ``to_iter_dataset(ReadOptions(num_threads,
+    prefetch_buffer_size))`` -> ``mp_prefetch(MultiprocessingOptions(num_workers))``.
+
+    One iterator runs across epochs (its worker processes start once); each
+    ``iter()`` yields one epoch: ``ceil(len / batch_size)`` batches (Grain batches
+    each epoch apart, the last one partial; ``repeat`` reshuffles each epoch) of
+    numpy (uint8 [b, h, w, 3], int32 [b]).
+    """
+
+    def __init__(self, paths, labels, size, batch_size, num_workers, num_threads=2,
+                 prefetch_batches=4, seed=None):
+        import grain
+        from pillow_map import grain_load, grain_stack  # no TensorFlow in the workers
+        h, w = size
+        items = [(p, int(l), h, w) for p, l in zip(paths, labels)]
+        ds = (grain.MapDataset.source(items).shuffle(seed=seed or 0).map(grain_load)
+              .batch(batch_size, batch_fn=grain_stack).repeat())
+        self.steps = -(-len(items) // batch_size)
+        it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
+                                                     prefetch_buffer_size=prefetch_batches))
+        if num_workers > 0:
+            it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
+        self._ds = it_ds
+        self._it = None
+        self.bench_extra = {"grain_version": _version("grain"), "num_workers": num_workers,
+                            "num_threads": num_threads, "prefetch_batches": prefetch_batches}
+
+    def __iter__(self):
+        if self._it is None:
+            self._it = iter(self._ds)
+        for _ in range(self.steps):
+            yield next(self._it)
+
+
+def _version(dist):
+    from importlib import metadata
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _grain(spec):
+    why = _no_grain()
+    if why:
+        raise bench.CandidateSkipped(why)
+    from absl import flags
+    if not flags.FLAGS.is_parsed():  # Grain reads its absl flags; this process parsed none
+        flags.FLAGS(sys.argv[:1], known_only=True)
+    paths, labels, _ = _index(spec)
+    return GrainBatches(paths, labels, tuple(spec["image_size"]), spec["batch_size"],
+                        spec.get("grain_workers", config_lib.cpu_count()),
+                        num_threads=spec.get("grain_threads", 2), seed=spec.get("seed"))
+
+
 # --- NVIDIA DALI, CPU only ----------------------------------------------------
 
 DALI_MISSING = ("NVIDIA DALI is not installed here (import nvidia.dali failed); "
@@ -317,10 +419,14 @@ bench.register("keras_idg", _keras_idg,
 bench.register("pydataset", _pydataset, "keras.utils.PyDataset, Pillow, workers=2 (threads)")
 bench.register("torch", _torch, "torch DataLoader, Pillow, num_workers=cores",
                precheck=_no_torch)
+bench.register("grain", _grain, "Grain MapDataset, Pillow decode + bilinear resize, "
+               "mp_prefetch(num_workers=cores), ReadOptions(num_threads=2)",
+               precheck=_no_grain)
 bench.register("dali", _dali, "NVIDIA DALI CPU pipeline: decoders.image + resize "
                "(bilinear, no antialias), cores threads", precheck=_no_dali)
 bench.register("dali_train", _dali_train, "NVIDIA DALI CPU pipeline: decoders.image_random_crop"
-               " + resize + flip, cores threads", precheck=_no_dali)
+               " + resize + flip, cores threads", precheck=_no_dali,
+               quality=False)
 bench.register("dali_aa", _dali_aa, "NVIDIA DALI CPU pipeline, eval with DALI's default "
                "antialiased resize", precheck=_no_dali)
 

@@ -11,12 +11,14 @@ round and the medians reported:
   ``fast_jpeg`` option), keras, keras_aug (RandomCrop + RandomFlip layers),
   tf1_queue (TF1 queue runners), pydataset (Keras PyDataset, Pillow, 2 thread
   workers), in_memory (decode all first; ``load_sec`` apart), torch (skipped
-  when not installed), dali and dali_train (NVIDIA DALI's CPU pipeline,
+  when not installed), grain (Grain's MapDataset + Pillow in worker processes;
+  skipped when ``grain`` is not installed), dali and dali_train (NVIDIA DALI's CPU pipeline,
   ``device_id=None``; skipped when ``nvidia-dali-cuda120`` is not installed),
   decode_limit (one core; x cores = the decode limit).
 
 Reports images/s (after each epoch's first batch), images per CPU-second,
-cores used, first batch seconds, peak RSS, and the ratios
+PSNR (median and 5th percentile against an antialiased resize of the full decode,
+``--quality_images`` files; eval-mode candidates only), cores used, first batch seconds, peak RSS, and the ratios
 
   train_vs_keras_aug   pipeline_train / keras_aug images/s       (target >= 2.0)
   eval_vs_keras        pipeline / keras images/s            (target >= 1.6)
@@ -55,7 +57,8 @@ import candidates as _peers  # noqa: E402  (benchmarks/candidates.py)
 
 ALL = list(bench.CANDIDATES)
 DEFAULT = ["pipeline", "pipeline_train", "pipeline_train_nofast", "keras", "keras_aug", "plain",
-           "tf1_queue", "pydataset", "in_memory", "torch", "dali", "dali_train", "decode_limit"]
+           "tf1_queue", "pydataset", "in_memory", "torch", "grain", "dali", "dali_train",
+           "decode_limit"]
 TARGETS = {"train_vs_keras_aug": 2.0, "eval_vs_keras": 1.6, "eval_vs_decode_limit": 0.9,
            "eval_vs_dali_cpu": 1.0, "train_vs_dali_cpu": 1.0}
 
@@ -72,6 +75,8 @@ flags.DEFINE_integer("seed", 0, "Shuffle seed.")
 flags.DEFINE_integer("timeout", 1800, "Seconds allowed per candidate run.")
 flags.DEFINE_bool("progress", False, "tqdm bars on stderr.")
 flags.DEFINE_string("json_out", "peers.json", "JSON result file.")
+flags.DEFINE_integer("quality_images", 16, "PSNR per candidate on the first N files "
+                     "(pipeline.quality; outside the timed part); 0: none.")
 flags.DEFINE_string("png_out", None, "Bar chart PNG (default: json_out with .png).")
 
 
@@ -93,14 +98,15 @@ def ratios(results):
 
 
 def run(data_dir, candidates, image_size=224, batch_size=64, epochs=3, repeats=1, seed=0,
-        timeout=1800, progress=False):
+        timeout=1800, progress=False, quality_images=0):
     """Runs the candidates on ``data_dir``; returns the result dict (see module doc)."""
     idx = index_lib.index_directory(data_dir)
     spec = {"data_dir": data_dir, "image_size": [image_size, image_size],
             "batch_size": batch_size, "epochs": epochs, "seed": seed, "num_images": len(idx),
             "hard_exit": True}
     results = bench.run_candidates(candidates, spec, repeats=repeats, progress=progress,
-                                   keep_going=True, timeout=timeout)
+                                   keep_going=True, timeout=timeout,
+                                   quality_images=quality_images)
     cores = config_lib.cpu_count()
     out = {"benchmark": "peers", "data_dir": sample.data_dir_label(data_dir), "num_images": len(idx),
            "image_size": image_size, "batch_size": batch_size, "epochs": epochs,
@@ -188,7 +194,8 @@ def main(argv):
             data_dir = _peers.symlink_tree(FLAGS.data_dir, FLAGS.num_images,
                                            os.path.join(tmp, "data"))
         out = run(data_dir, FLAGS.candidates, FLAGS.image_size, FLAGS.batch_size, FLAGS.epochs,
-                  FLAGS.repeats, FLAGS.seed, FLAGS.timeout, FLAGS.progress)
+                  FLAGS.repeats, FLAGS.seed, FLAGS.timeout, FLAGS.progress,
+                  FLAGS.quality_images)
     out["source_dir"] = sample.data_dir_label(FLAGS.data_dir)
     png = FLAGS.png_out or os.path.splitext(FLAGS.json_out)[0] + ".png"
     out["png"] = plot(out, png)

@@ -12,8 +12,9 @@ Figures (all per candidate):
     first_batch_sec: seconds from building the dataset to its first batch.
     peak_rss_mb: the process's peak resident memory (MiB).
     rss_after_import_mb: resident memory after importing TensorFlow (MiB).
-    images_per_cpu_sec: images / process CPU seconds over the epochs
-        (steadier than images/s on a noisy machine).
+    images_per_cpu_sec: images / CPU seconds over the epochs (steadier than
+        images/s on a noisy machine): this process's and its worker
+        processes' (``cpu_seconds``).
     cpu_cores_used: CPU seconds / wall seconds over the epochs.
     steady_images_per_cpu_sec, steady_cpu_cores_used: the same over the
         steady state only (after each epoch's first batch, as images_per_sec).
@@ -25,6 +26,19 @@ Figures (all per candidate):
     total_sec: seconds from building the dataset to the end of the last
         epoch (includes building, loading and every first batch).
     images_per_sec_incl_build: images delivered / ``total_sec``.
+    psnr_db_median, psnr_db_p5, psnr_images: with ``run_candidates(...,
+        quality_images=K)``, the quality of what the candidate delivers
+        (``pipeline.quality``): the first K files of the index, in index
+        order, are linked into a folder of their own; after its timed
+        epochs, the candidate's subprocess builds it once more on that folder
+        (batch size K, one epoch, outside the timed part) and hands its
+        images back; each is matched to its own reference (an antialiased
+        resize of the file's full decode) by content, as loaders need not
+        keep order, and the PSNR (dB) per image is summed up as the median
+        and 5th percentile. Measured once per candidate (the first round),
+        and only for candidates registered with ``quality=True`` (eval-mode
+        stretch resizes: a random or centred crop is not comparable to the
+        reference).
 
 A factory may attach ``bench_extra`` (a dict of JSON values, e.g. ``load_sec``)
 to what it returns; ``measure`` merges it into the figures.
@@ -41,7 +55,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 # --- what a run can time ----------------------------------------------------
 # Each epoch's first batch is not timed (it holds the epoch's start-up): a run
@@ -75,6 +89,9 @@ def max_batch_size(num_images: int) -> int:
 CANDIDATES: Dict[str, Callable] = {}
 DESCRIPTIONS: Dict[str, str] = {}
 MODULES: Dict[str, str] = {}
+QUALITY: Dict[str, bool] = {}  # whether a candidate's output is compared with the reference
+# The files ``python -m pipeline bench`` measures the PSNR on (``run_candidates``' quality_images).
+QUALITY_IMAGES = 16
 
 
 class CandidateSkipped(Exception):
@@ -86,7 +103,7 @@ PRECHECKS: Dict[str, Callable[[], Optional[str]]] = {}
 
 def register(name: str, factory: Callable, description: str = "",
              precheck: Optional[Callable[[], Optional[str]]] = None,
-             module: Optional[str] = None) -> None:
+             module: Optional[str] = None, quality: bool = True) -> None:
     """Adds a candidate: ``factory(spec) -> iterable of batches``.
 
     Args:
@@ -99,6 +116,10 @@ def register(name: str, factory: Callable, description: str = "",
         module: the importable module that registers the candidate (default
             ``factory.__module__``). The subprocess worker imports it, with
             the folder of its file first on ``PYTHONPATH``.
+        quality: whether its images are comparable with the quality
+            reference (``pipeline.quality``: the whole image resized to the
+            size): True for eval-mode stretch resizes, False for random or
+            centred crops (their PSNR is not measured).
 
     Raises:
         ValueError: the module is ``__main__`` (a subprocess cannot import
@@ -112,6 +133,7 @@ def register(name: str, factory: Callable, description: str = "",
     CANDIDATES[name] = factory
     DESCRIPTIONS[name] = description or name
     MODULES[name] = module
+    QUALITY[name] = bool(quality)
     if precheck is not None:
         PRECHECKS[name] = precheck
 
@@ -140,6 +162,50 @@ def _status_mb(field: str) -> float:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024.0
     return float("nan")
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _descendants(pid: int) -> List[int]:
+    """The live descendant processes of ``pid`` (``/proc/PID/task/*/children``)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
+
+
+def _proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a live process (``/proc/PID/stat``), 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14, 15)
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its descendants: ``time.process_time()``,
+    plus the children that ended and were waited for (``os.times()``), plus the live
+    descendant processes (``/proc``). A loader's worker processes (torch's
+    ``DataLoader``, Grain's ``mp_prefetch``) are so counted in images per
+    CPU-second; a candidate without worker processes gets ``process_time()``."""
+    t = os.times()
+    return (time.process_time() + t.children_user + t.children_system
+            + sum(_proc_cpu(p) for p in _descendants(os.getpid())))
 
 
 def _batch_len(batch) -> int:
@@ -177,10 +243,10 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
     epochs = spec.get("epochs", 3)
     n_total, steady_n, steady_t, steady_cpu, start_cpu = 0, 0, 0.0, 0.0, 0.0
     first_batch = None
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    cpu0, wall0 = cpu_seconds(), time.perf_counter()
     total = spec.get("num_images")
     for epoch in range(epochs):
-        c_start = time.process_time()
+        c_start = cpu_seconds()
         t_first = c_first = None
         n = 0
         # The bar shows the table's measure, not tqdm's rate (which counts each epoch's
@@ -191,7 +257,7 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
         for batch in ds:
             b = _batch_len(batch)
             if t_first is None:
-                t_first, c_first = time.perf_counter(), time.process_time()
+                t_first, c_first = time.perf_counter(), cpu_seconds()
                 start_cpu += c_first - c_start
                 if first_batch is None:
                     first_batch = t_first - t_build
@@ -204,12 +270,12 @@ def measure(factory: Callable, spec: dict, progress: bool = True) -> dict:
             bar.update(b)
         if t_first is not None:
             steady_t += time.perf_counter() - t_first
-            steady_cpu += time.process_time() - c_first
+            steady_cpu += cpu_seconds() - c_first
             if progress:  # the epoch's end counts too: the last figure shown is the table's
                 bar.set_postfix_str(STEADY_POSTFIX.format(_rate_text(steady_n, steady_t)))
         bar.close()
         n_total += n
-    cpu = time.process_time() - cpu0
+    cpu = cpu_seconds() - cpu0
     t_end = time.perf_counter()
     wall = t_end - wall0
     out = {
@@ -366,7 +432,8 @@ def error_tail(stderr: str, max_chars: int = 800) -> str:
 
 def run_candidates(names: List[str], base_spec: dict, repeats: int = 1,
                    progress: bool = True, keep_going: bool = False,
-                   timeout: Optional[float] = None) -> Dict[str, dict]:
+                   timeout: Optional[float] = None,
+                   quality_images: int = 0) -> Dict[str, dict]:
     """Runs candidates side by side, alternating them ``repeats`` times.
 
     Args:
@@ -377,6 +444,10 @@ def run_candidates(names: List[str], base_spec: dict, repeats: int = 1,
         keep_going: record a failed candidate as ``{"name", "error"}`` and go
             on, instead of raising.
         timeout: seconds allowed per candidate run.
+        quality_images: K > 0: measure the PSNR of each candidate registered
+            with ``quality=True`` on the first K files of
+            ``base_spec["data_dir"]`` (see the module docstring), once, in
+            its first round; 0 (default): no PSNR.
 
     Returns:
         {name: figures}, where numeric figures are medians over the repeats
@@ -399,19 +470,30 @@ def run_candidates(names: List[str], base_spec: dict, repeats: int = 1,
         why = PRECHECKS[n]() if n in PRECHECKS else None
         if why:
             done[n] = {"name": n, "skipped": why, "description": DESCRIPTIONS.get(n, n)}
-    for _ in range(repeats):
-        for n in names:
-            if n in done:
-                continue
-            try:
-                r = run_candidate(dict(base_spec, name=n), timeout=timeout, progress=progress)
-            except (RuntimeError, subprocess.TimeoutExpired) as e:
-                if not keep_going:
-                    raise
-                r = {"name": n, "error": str(e)[-1500:]}
-            if "skipped" in r or "error" in r:
-                done[n] = r
-            else:
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="pipeline-bench-quality-") as tmp:
+        quality = _quality_setup(names, base_spec, quality_images, tmp)
+        for _ in range(repeats):
+            for n in names:
+                if n in done:
+                    continue
+                spec = dict(base_spec, name=n)
+                if n in quality and "figures" not in quality[n]:
+                    spec["quality"] = quality[n]["spec"]
+                try:
+                    r = run_candidate(spec, timeout=timeout, progress=progress)
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    if not keep_going:
+                        raise
+                    r = {"name": n, "error": str(e)[-1500:]}
+                if "skipped" in r or "error" in r:
+                    done[n] = r
+                    continue
+                npy = r.pop("quality_images_file", None)
+                if npy:
+                    quality[n]["figures"] = _quality_figures(npy, quality["_references"])
+                elif "quality_error" in r:
+                    quality[n]["figures"] = {"psnr_error": r.pop("quality_error")}
                 runs[n].append(r)
     out = {}
     for n in names:
@@ -424,7 +506,27 @@ def run_candidates(names: List[str], base_spec: dict, repeats: int = 1,
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None:
                 agg[k] = statistics.median(r[k] for r in rs)
         agg["runs"] = rs
+        agg.update(quality.get(n, {}).get("figures", {}))
         out[n] = agg
+    return out
+
+
+def _quality_setup(names: List[str], base_spec: dict, images: int, tmp: str) -> dict:
+    """{name: {"spec": the worker's ``quality`` spec}} for the candidates whose PSNR is
+    measured, and ``"_references"``: the references of the subset's files."""
+    if images <= 0:
+        return {}
+    folder = os.path.join(tmp, "subset")
+    size = base_spec["image_size"]
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    paths, refs = quality_subset(base_spec["data_dir"], images, folder, size)
+    if not paths:
+        return {}
+    out: dict = {"_references": refs}
+    for n in names:
+        if QUALITY.get(n, True):
+            out[n] = {"spec": {"data_dir": folder, "images": len(paths),
+                               "out": os.path.join(tmp, f"{n}.npy")}}
     return out
 
 
@@ -615,8 +717,10 @@ def format_table(results: Dict[str, dict], reference: str = "pipeline") -> str:
     images/s, img/CPU-s and cores are steady-state figures (after each
     epoch's first batch); "start CPU s" is the CPU cost of starting an epoch."""
     ref = results.get(reference, {}).get("images_per_sec")
+    psnr = any(ok(r) and "psnr_db_median" in r for r in results.values())
     head = (f"{'candidate':<20} {'images/s':>9} {'spread':>11} {'img/CPU-s':>9} {'cores':>5} "
-            f"{'start CPU s':>11} {'1st batch s':>11} {'peak RSS MiB':>12} {'pipe/it':>7}")
+            f"{'start CPU s':>11} {'1st batch s':>11} {'peak RSS MiB':>12} {'pipe/it':>7}"
+            + (f" {'PSNR dB':>7} {'p5 dB':>6}" if psnr else ""))
     rows = [head, "-" * len(head)]
     for name, r in results.items():
         if not ok(r):
@@ -631,7 +735,9 @@ def format_table(results: Dict[str, dict], reference: str = "pipeline") -> str:
         rows.append(f"{name:<20} {_cell(r['images_per_sec'], 9, 0)} {rng:>11} "
                     f"{_cell(per_cpu, 9, 0)} {_cell(cores, 5, 2)} {_cell(start, 11, 2)} "
                     f"{_cell(r['first_batch_sec'], 11, 2)} {_cell(r['peak_rss_mb'], 12, 0)} "
-                    f"{_cell(ratio, 7, 2)}")
+                    f"{_cell(ratio, 7, 2)}"
+                    + (f" {_cell(r.get('psnr_db_median'), 7, 1)} "
+                       f"{_cell(r.get('psnr_db_p5'), 6, 1)}" if psnr else ""))
     rows.append("(medians over the runs; spread: min-max images/s; steady state after each "
                 "epoch's first batch; start CPU s: CPU seconds")
     rows.append(" from starting an epoch to its first batch;")
@@ -639,7 +745,66 @@ def format_table(results: Dict[str, dict], reference: str = "pipeline") -> str:
                 "by that candidate's; the summary's")
     rows.append(f" '{reference} / candidate' lines are the median of the per-round ratios "
                 "instead, so the two can differ)")
+    if psnr:
+        rows[-1] = rows[-1][:-1] + ";"
+        rows.append(" PSNR dB, p5 dB: median and 5th percentile PSNR per image against an "
+                    "antialiased resize of the full")
+        rows.append(" decode (pipeline.quality), on a fixed subset of the files; '-' for "
+                    "crops and random crops)")
     return "\n".join(rows)
+
+
+def quality_outputs(factory: Callable, spec: dict) -> str:
+    """Builds the candidate once more on ``spec["quality"]["data_dir"]`` (batch
+    size ``spec["quality"]["images"]``, one epoch), saves every image it
+    delivers (numpy ``.npy``, [n, h, w, c] as delivered) to
+    ``spec["quality"]["out"]`` and returns that path. Runs after the timed
+    epochs."""
+    import numpy as np
+    q = spec["quality"]
+    qspec = dict(spec, data_dir=q["data_dir"], batch_size=q["images"], epochs=1,
+                 num_images=q["images"])
+    images = []
+    for batch in factory(qspec):
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        images.append(np.asarray(x))
+    np.save(q["out"], np.concatenate(images) if images else np.zeros((0, 1, 1, 3), np.uint8))
+    return q["out"]
+
+
+def quality_subset(data_dir: str, images: int, folder: str, size: Sequence[int]):
+    """The quality subset: the first ``images`` files of ``data_dir``'s index (index
+    order) whose reference can be made (a bad file is passed over: the timed runs
+    meet it), linked into ``folder`` under their class sub-folders as in
+    ``data_dir``.
+
+    Returns:
+        (their paths in ``data_dir``, their references: float32 [h, w, 3] each).
+    """
+    from pipeline import index as index_lib
+    from pipeline import quality as quality_lib
+    paths, refs = [], []
+    for p in index_lib.index_directory(data_dir).paths:
+        if len(paths) == images:
+            break
+        try:
+            ref = quality_lib.reference_for(p, size)
+        except Exception:  # noqa: BLE001 - a bad file (any decoder error): not in the subset
+            continue
+        dst = os.path.join(folder, os.path.relpath(p, data_dir))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.symlink(os.path.abspath(p), dst)
+        paths.append(p)
+        refs.append(ref)
+    return paths, refs
+
+
+def _quality_figures(npy: str, references: List) -> dict:
+    """The PSNR figures of a candidate's saved images against the references."""
+    import numpy as np
+    from pipeline import quality
+    got = quality.as_pixels(np.load(npy))
+    return quality.summary(quality.match_psnr(got, references))
 
 
 def _worker(spec_json: str) -> None:
@@ -655,6 +820,11 @@ def _worker(spec_json: str) -> None:
         importlib.import_module(mod)
     try:
         result = measure(CANDIDATES[spec["name"]], spec, progress=spec.get("progress", True))
+        if spec.get("quality"):
+            try:
+                result["quality_images_file"] = quality_outputs(CANDIDATES[spec["name"]], spec)
+            except Exception as e:  # noqa: BLE001 - the timed figures stand without it
+                result["quality_error"] = f"{type(e).__name__}: {e}"[:500]
     except CandidateSkipped as e:
         result = {"name": spec["name"], "skipped": str(e),
                   "description": DESCRIPTIONS.get(spec["name"], spec["name"])}

@@ -242,17 +242,21 @@ def _decode_limit(spec):
 
 bench.register("pipeline", _pipeline, "pipeline.from_directory, resize (eval mode; uint8, guards on)")
 bench.register("pipeline_train", _pipeline_train,
-               "pipeline.from_directory + Augment(random_resized_crop, horizontal_flip)")
+               "pipeline.from_directory + Augment(random_resized_crop, horizontal_flip)",
+               quality=False)
 bench.register("pipeline_train_nofast", _pipeline_train_nofast,
                "pipeline train mode, crop-before-decode off (fast_jpeg=False)",
-               precheck=_no_fast_jpeg_switch)
+               precheck=_no_fast_jpeg_switch, quality=False)
 bench.register("pipeline_center_crop", _pipeline_center_crop,
-               "pipeline, ImageNet eval protocol (resize='center_crop': window decoded only)")
+               "pipeline, ImageNet eval protocol (resize='center_crop': window decoded only)",
+               quality=False)
 bench.register("keras", _keras, "keras.utils.image_dataset_from_directory (float32)")
 bench.register("keras_crop", _keras_crop,
-               "image_dataset_from_directory(crop_to_aspect_ratio=True) (float32)")
+               "image_dataset_from_directory(crop_to_aspect_ratio=True) (float32)",
+               quality=False)
 bench.register("keras_aug", _keras_aug,
-               "image_dataset_from_directory at 256/224 size + RandomCrop + RandomFlip")
+               "image_dataset_from_directory at 256/224 size + RandomCrop + RandomFlip",
+               quality=False)
 bench.register("plain", _plain, "hand-tuned tf.data decode_jpeg+resize, guards off")
 bench.register("generator", _generator,
                "fit_generator style: Python generator (Pillow) via compat.from_keras_generator")

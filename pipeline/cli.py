@@ -151,6 +151,12 @@ _define(flags.DEFINE_bool, "follow_links", False, "Follow linked folders (loop-s
 _define(flags.DEFINE_integer, "num_shards", None, "Shards to write (default: ~1 per "
         "128 MiB).", ["convert"])
 _define(flags.DEFINE_integer, "num_workers", None, "Writer threads.", ["convert"])
+_define(flags.DEFINE_integer, "max_resolution", None, "Store each image re-encoded as a JPEG "
+        "with its shorter side at this many pixels (never upscaled; EXIF orientation "
+        "applied; write_tfrecords' max_resolution); default: the files' bytes unchanged.",
+        ["convert"])
+_define(flags.DEFINE_integer, "jpeg_quality", 90, "JPEG quality (1-100) of the images "
+        "re-encoded by --max_resolution.", ["convert"])
 _define(flags.DEFINE_bool, "shuffle", True, "Write the rows in a seeded random order "
         "(--seed), so that shards do not keep classes together; --noshuffle keeps the "
         "index order.", ["convert"])
@@ -753,7 +759,7 @@ def cmd_bench(argv: List[str]) -> int:
                        sample.data_dir_label(data_dir), size), flush=True)
     # A peer that fails (e.g. Keras on a bad file) is reported, not fatal.
     results = bench.run_candidates(names, spec, repeats=FLAGS.repeats, progress=FLAGS.progress,
-                                   keep_going=True)
+                                   keep_going=True, quality_images=bench.QUALITY_IMAGES)
     if not bench.ok(results["pipeline"]):
         print(bench.format_table(results))
         print(f"pipeline bench: pipeline failed: {results['pipeline'].get('error', '')}",
@@ -778,7 +784,9 @@ def cmd_bench(argv: List[str]) -> int:
     out = {k: main[k] for k in ("images_per_sec", "first_batch_sec", "peak_rss_mb",
                                 "num_images", "epochs", "images_per_cpu_sec",
                                 "steady_images_per_cpu_sec", "cpu_cores_used",
-                                "rss_after_import_mb")}
+                                "rss_after_import_mb") + tuple(
+                                    k for k in ("psnr_db_median", "psnr_db_p5", "psnr_images")
+                                    if k in main)}
     out["spread"] = bench.spread(main)
     out["options"] = dict(spec, data_dir=sample.data_dir_label(data_dir), candidates=names,
                           repeats=FLAGS.repeats)
@@ -927,7 +935,8 @@ def cmd_convert(argv: List[str]) -> int:
         meta = shards.write_tfrecords(
             argv[1], argv[2], FLAGS.num_shards, shuffle=FLAGS.shuffle, seed=FLAGS.seed,
             progress=FLAGS.progress, num_workers=FLAGS.num_workers, on_error=FLAGS.on_error,
-            max_pixels=FLAGS.max_pixels, **kw)
+            max_pixels=FLAGS.max_pixels, max_resolution=FLAGS.max_resolution,
+            jpeg_quality=FLAGS.jpeg_quality, **kw)
     except shards.BadFilesError as e:
         n = len(e.records)
         head = (f"all {e.num_files} files are bad: nothing to write" if n == e.num_files

@@ -1,7 +1,8 @@
 """TFRecord shards: write encoded images once, read them back through the same decode.
 
 ``write_tfrecords`` stores each image's ENCODED bytes (never pixels) in
-``tf.train.Example`` records, one thread per shard, with a small JSON sidecar
+``tf.train.Example`` records (the file's own bytes, or, with ``max_resolution``, a
+JPEG re-encoded in graph with its shorter side at that many pixels), one thread per shard, with a small JSON sidecar
 (``dataset.json``: class names, label kind, examples per shard, formats).
 ``open_records`` describes the shards as ``assemble.Records``: the plan
 (``pipeline.plan.records``) reads them with a parallel interleave and the
@@ -101,6 +102,73 @@ def _bad_files_message(records, num_files: int, on_error: str) -> str:
 
 
 FEWER_SHARDS = "write_tfrecords: wrote fewer shards than asked"
+DEFAULT_JPEG_QUALITY = 90
+
+
+def check_resolution(max_resolution, jpeg_quality):
+    """Validates ``write_tfrecords``' re-encode options; returns them as ints.
+
+    Raises:
+        ValueError: ``max_resolution`` not None or an int >= 1, or ``jpeg_quality``
+            not an int in [1, 100] (named, with the value received).
+    """
+    max_resolution = checks.check_int("max_resolution", max_resolution, allow_none=True)
+    jpeg_quality = checks.check_int("jpeg_quality", jpeg_quality)
+    if jpeg_quality > 100:
+        raise ValueError("`jpeg_quality` must be an integer in [1, 100] (libjpeg's quality "
+                         f"scale). {checks.received('jpeg_quality', jpeg_quality)}")
+    return max_resolution, jpeg_quality
+
+
+def resolution_reencoder(max_resolution: int, jpeg_quality: int,
+                         max_pixels: Optional[int] = None):
+    """The in-graph re-encode of ``write_tfrecords(max_resolution=...)``.
+
+    Returns a ``tf.function`` ``f(contents: str scalar) -> (bytes: str scalar,
+    changed: bool scalar)``. The file is decoded by the factories' decoder
+    (``pipeline.decode.Decoder``: every format, the bomb guard, the EXIF orientation
+    applied, RGB); when its shorter side is above ``max_resolution``, it is resized so
+    that the shorter side is ``max_resolution`` pixels and the longer one keeps the
+    aspect ratio (rounded), by ``tf.image.resize(..., antialias=True)`` (bilinear with
+    a kernel widened by the reduction factor, as Pillow's reducing filters), rounded
+    to uint8; it is then encoded by ``tf.io.encode_jpeg(quality=jpeg_quality)``
+    (4:2:0, no EXIF: the pixels are upright). A file whose shorter side is at most
+    ``max_resolution`` (never upscaled) is re-encoded only when it is a JPEG with an
+    EXIF orientation other than 1 (to store it upright); otherwise, and for a file
+    the decoder refuses (a reason), ``changed`` is False and the bytes are the
+    file's own. A decoder error (corrupt data) raises ``tf.errors.OpError``.
+    """
+    from pipeline import decode as decode_lib  # pylint: disable=import-outside-toplevel
+    dec = decode_lib.Decoder(channels=3, max_pixels=max_pixels or checks.DEFAULT_MAX_PIXELS)
+    n = int(max_resolution)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
+    def reencode(contents):
+        words = decode_lib.header_words(contents)
+        rotated = tf.cond(decode_lib.is_jpeg(words),
+                          lambda: decode_lib.exif_orientation(contents, words) > 1,
+                          lambda: tf.constant(False))
+        image, reason = dec.decode(contents)
+        shape = tf.shape(image)
+        h, w = shape[0], shape[1]
+        short = tf.minimum(h, w)
+        scale = tf.cast(n, tf.float64) / tf.cast(short, tf.float64)
+        nh = tf.where(h <= w, n, tf.cast(tf.round(tf.cast(h, tf.float64) * scale), tf.int32))
+        nw = tf.where(h <= w, tf.cast(tf.round(tf.cast(w, tf.float64) * scale), tf.int32), n)
+        smaller = short > n
+        changed = tf.equal(reason, "") & (smaller | rotated)
+
+        def resized():
+            x = tf.image.resize(image, tf.stack([tf.maximum(nh, 1), tf.maximum(nw, 1)]),
+                                method="bilinear", antialias=True)
+            return tf.cast(tf.clip_by_value(tf.round(x), 0.0, 255.0), tf.uint8)
+
+        pixels = tf.cond(smaller, resized, lambda: image)
+        out = tf.cond(changed, lambda: tf.io.encode_jpeg(pixels, quality=jpeg_quality),
+                      lambda: contents)
+        return out, changed
+
+    return reencode
 
 
 def fewer_shards_message(asked: int, num_files: int, num_skipped: int = 0) -> str:
@@ -151,7 +219,8 @@ INDEX_KEYWORDS = tuple(sorted({
 def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                     shuffle: bool = True, seed: int = 0, progress: bool = True,
                     num_workers: Optional[int] = None, on_error: Optional[str] = None,
-                    max_pixels: Optional[int] = None, **index_kw) -> dict:
+                    max_pixels: Optional[int] = None, max_resolution: Optional[int] = None,
+                    jpeg_quality: int = DEFAULT_JPEG_QUALITY, **index_kw) -> dict:
     """Writes encoded images and their labels to TFRecord shards + a JSON sidecar.
 
     Each record is a ``tf.train.Example`` with features ``image`` (the file's
@@ -196,7 +265,24 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             lists that is missing is such a bad file too. ``python -m pipeline convert``
             passes ``--on_error`` (default "raise", the factories' default).
         max_pixels: int, the header limit of that check (default
-            178,956,970, the factories').
+            178,956,970, the factories'); with ``max_resolution``, also the
+            re-encode's decoder's.
+        max_resolution: None (default: each file's bytes are stored unchanged)
+            or an int >= 1, pixels: store once at training resolution, as
+            FFCV's ``max_resolution``. Each image whose shorter side is above
+            it is decoded (EXIF orientation applied), resized so that its
+            shorter side is ``max_resolution`` (aspect ratio kept;
+            ``tf.image.resize(antialias=True)``) and re-encoded as an RGB JPEG
+            without EXIF (``tf.io.encode_jpeg``), all in graph
+            (``resolution_reencoder``); smaller images are never upscaled (a
+            JPEG with an EXIF rotation is re-encoded upright at its size, the
+            rest kept as they are). Every later epoch then decodes fewer
+            pixels; the cost is one JPEG generation (measured in
+            docs/benchmarks.md). A file the decoder refuses or fails on is
+            stored as it is (the reader names it, as without this option).
+            An alpha channel is dropped (stored as RGB).
+        jpeg_quality: int in [1, 100], the re-encode's JPEG quality (default
+            90); used only with ``max_resolution``.
         **index_kw: passed to the indexer (e.g. ``class_names``, ``labels``,
             or the manifest options ``path_column``, ``label_columns``, ``root``).
 
@@ -204,7 +290,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         dict, the sidecar written to ``output_dir/dataset.json``: ``class_names``,
         ``label_kind`` ("int", "float", "vector" or None), ``num_examples``,
         ``shards`` (list of {"file", "num_examples"}), ``formats``, ``has_exif``;
-        with ``on_error``, ``skipped``: list of {"path", "reason"} of the bad
+        with ``max_resolution``, ``max_resolution``, ``jpeg_quality`` and
+        ``reencoded`` (the number of images re-encoded); with ``on_error``, ``skipped``: list of {"path", "reason"} of the bad
         files left out ([] when none).
 
     Raises:
@@ -229,6 +316,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         checks.check_choice("on_error", on_error, ("raise", "skip"))
     if max_pixels is not None:
         max_pixels = checks.check_int("max_pixels", max_pixels)
+    max_resolution, jpeg_quality = check_resolution(max_resolution, jpeg_quality)
     idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
     output_dir = os.fspath(output_dir)
     read.ensure_filesystem(output_dir, in_graph=True)
@@ -258,11 +346,16 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     workers = num_workers or min(num_shards, 2 * checks.cpu_count())
     names = [SHARD_PATTERN.format(k, num_shards) for k in range(num_shards)]
 
+    reencode = None
+    if max_resolution is not None:
+        reencode = resolution_reencoder(max_resolution, jpeg_quality, max_pixels)
+        reencode.get_concrete_function()  # traced once, before the writer threads
+
     from tqdm.auto import tqdm
     bar = tqdm(total=n, unit="img", desc="write_tfrecords", disable=not progress)
 
     def write_shard(k):
-        fmt_counts, exif = collections.Counter(), False
+        fmt_counts, exif, changed = collections.Counter(), False, 0
         rows = order[k::num_shards].tolist()
         with tf.io.TFRecordWriter(read.join(output_dir, names[k])) as writer:
             for i in rows:
@@ -278,6 +371,14 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                         error = idx.errors[i]
                     elif fmt is None:
                         error = formats.describe_start(head)
+                if reencode is not None and not error:
+                    try:
+                        out, new = reencode(tf.constant(contents))
+                    except tf.errors.OpError:  # corrupt: stored as it is; the reader names it
+                        new = False
+                    if bool(new):
+                        contents, fmt, has_exif = out.numpy(), "jpeg", False
+                        changed += 1
                 fmt_counts[fmt or "unknown"] += 1
                 exif = exif or has_exif
                 feats = {
@@ -298,7 +399,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                 writer.write(tf.train.Example(
                     features=tf.train.Features(feature=feats)).SerializeToString())
                 bar.update(1)
-        return {"file": names[k], "num_examples": len(rows)}, fmt_counts, exif
+        return {"file": names[k], "num_examples": len(rows)}, fmt_counts, exif, changed
 
     try:
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
@@ -306,7 +407,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     finally:
         bar.close()
     all_formats = collections.Counter()
-    for _, f, _ in results:
+    for _, f, _, _ in results:
         all_formats.update(f)
     label_size = int(idx.labels.shape[1]) if kind == "vector" and n else None
     num_classes = (len(idx.class_names) if idx.class_names else
@@ -319,10 +420,13 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         "label_size": label_size,
         "has_weights": idx.weights is not None,
         "num_examples": n,
-        "shards": [r for r, _, _ in results],
+        "shards": [r for r, _, _, _ in results],
         "formats": dict(all_formats),
-        "has_exif": any(e for _, _, e in results),
+        "has_exif": any(e for _, _, e, _ in results),
     }
+    if max_resolution is not None:
+        meta.update(max_resolution=max_resolution, jpeg_quality=jpeg_quality,
+                    reencoded=sum(c for _, _, _, c in results))
     if on_error is not None:
         meta["skipped"] = [{"path": r.path, "reason": r.reason} for r in skipped]
     with tf.io.gfile.GFile(read.join(output_dir, SIDECAR), "w") as f:

@@ -71,7 +71,7 @@ def test_peers(photos, tmp_path):
     res = out["candidates"]
     assert list(res) == ["pipeline", "pipeline_train", "pipeline_train_nofast", "keras",
                          "keras_aug", "plain", "tf1_queue", "pydataset", "in_memory", "torch",
-                         "dali", "dali_train", "decode_limit"]
+                         "grain", "dali", "dali_train", "decode_limit"]
     assert out["num_images"] == N and out["cores"] >= 1
     for name in ("pipeline", "pipeline_train", "pipeline_train_nofast", "keras", "keras_aug",
                  "plain", "pydataset", "in_memory", "decode_limit"):
@@ -86,6 +86,11 @@ def test_peers(photos, tmp_path):
     except ImportError:
         assert "torch" in res["torch"]["skipped"] and "torch" in out["skipped"]
         assert "skipped torch" in stdout
+    if _grain_installed():
+        _figures_ok(res["grain"], N)
+        assert res["grain"]["num_workers"] == out["cores"]
+    else:
+        assert "pip install grain" in res["grain"]["skipped"] and "grain" in out["skipped"]
     if _dali_installed():
         _figures_ok(res["dali"], N // 8 * 8)  # full batches only
         assert out["ratios"]["train_vs_dali_cpu"] == pytest.approx(
@@ -112,6 +117,11 @@ def test_peers(photos, tmp_path):
     assert mem["load_cpu_sec"] > 0
     assert res["pydataset"]["workers"] == 2
     assert "eval_vs_keras" in stdout and "decode_limit" in stdout
+
+
+def _grain_installed():
+    import importlib.util
+    return importlib.util.find_spec("grain") is not None
 
 
 def _dali_installed():
@@ -381,3 +391,111 @@ def test_data_dir_help_says_each_thing_once():
                 sentences = [s.strip() for s in re.split(r"[.;]", text) if s.strip()]
                 assert len(sentences) == len(set(sentences)), (name, text)
     assert found >= 8
+
+
+def test_grain_peer_runs_or_says_why_not(photos, peers_module, monkeypatch):
+    """Grain (MapDataset + Pillow in mp_prefetch worker processes) where it is installed:
+    every image once per epoch, across two epochs of one iterator; elsewhere skipped,
+    before a subprocess starts, with the install hint."""
+    from pipeline import bench
+    spec = {"data_dir": photos, "image_size": [48, 40], "batch_size": 8, "epochs": 2,
+            "seed": 0, "num_images": N}
+    if _grain_installed():
+        res = bench.run_candidates(["grain"], spec, progress=False, quality_images=8)
+        r = res["grain"]
+        _figures_ok(r, 2 * N)
+        assert r["num_workers"] >= 1 and r["grain_version"]
+        assert r["psnr_images"] == 8 and r["psnr_db_median"] > 30  # Pillow's reducing bilinear
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "grain" else real(name, *a))
+    monkeypatch.setattr(bench, "run_candidate", lambda *a, **k: pytest.fail("subprocess started"))
+    res = bench.run_candidates(["grain"], spec, progress=False)
+    assert res["grain"]["skipped"] == peers_module.GRAIN_MISSING
+    assert "pip install grain" in peers_module.GRAIN_MISSING
+
+
+def test_cpu_seconds_counts_worker_processes():
+    """A loader's worker processes burn CPU outside this process: cpu_seconds counts a
+    live child's CPU (process_time does not)."""
+    from pipeline import bench
+    import time
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 1.0: pass\nimport sys\n"
+                              "sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        c0, p0 = bench.cpu_seconds(), time.process_time()
+        deadline = time.time() + 60
+        while bench._proc_cpu(child.pid) < 1.0 and time.time() < deadline:
+            time.sleep(0.1)
+        c1, p1 = bench.cpu_seconds(), time.process_time()
+        assert bench._proc_cpu(child.pid) >= 1.0
+        assert child.pid in bench._descendants(os.getpid())
+        assert (c1 - c0) - (p1 - p0) > 0.5  # the child's second, less what it had at c0
+    finally:
+        child.communicate(b"", timeout=30)
+
+
+def test_hires_set_makes_mosaics_of_the_photos(photos, tmp_path):
+    """benchmarks/hires_set.py at tiny sizes: the files, their sizes, their tiles (each
+    tile is a source photo fitted to it), the sample links, the JSON; a second run
+    keeps the files."""
+    out = tmp_path / "hires"
+    stdout = _run("hires_set.py", f"--data_dir={photos}", f"--out_dir={out}",
+                  "--sizes=96x64,40x30", "--num_mosaics=6", "--num_classes=2", "--quality=95")
+    meta = json.loads((out / "hires_set.json").read_text())
+    assert meta["quality"] == 95 and meta["source_photos"] == N
+    assert sorted(meta["sets"]) == ["40x30", "96x64", "sample"]
+    assert meta["sets"]["sample"]["images"] == N
+    links = [p for d in (out / "sample").iterdir() for p in d.iterdir()]
+    assert len(links) == N and all(p.is_symlink() for p in links)
+    for name, (w, h) in (("96x64", (96, 64)), ("40x30", (40, 30))):
+        files = sorted((out / name).glob("class_*/mosaic_*.jpg"))
+        assert len(files) == 6 and meta["sets"][name]["images"] == 6
+        assert sorted({f.parent.name for f in files}) == ["class_000", "class_001"]
+        for f in files:
+            with Image.open(f) as im:
+                assert im.size == (w, h) and im.format == "JPEG"
+    assert meta["sets"]["96x64"]["photos_per_image"] == 16  # 4x4 tiles of 24x16
+    # mosaic 1's first tile is source photo 16 (sorted), fitted to 24x16
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    try:
+        import hires_set
+    finally:
+        sys.path.pop(0)
+    src = hires_set.photo_paths(photos)
+    tile = np.asarray(hires_set.fit_tile(src[16], 24, 16), np.float64)
+    with Image.open(out / "96x64" / "class_001" / "mosaic_00001.jpg") as im:
+        got = np.asarray(im.convert("RGB"), np.float64)[:16, :24]
+    from pipeline import quality
+    own = quality.psnr(got, tile)  # the tile, through one JPEG (q=95, 4:2:0) of noisy photos
+    others = [quality.psnr(got, np.asarray(hires_set.fit_tile(p, 24, 16), np.float64))
+              for k, p in enumerate(src) if k != 16]
+    assert own > 18 and own > max(others) + 6, (own, max(others))
+    before = {f: f.stat().st_mtime_ns for f in (out / "96x64").glob("*/*.jpg")}
+    _run("hires_set.py", f"--data_dir={photos}", f"--out_dir={out}", "--sizes=96x64",
+         "--num_mosaics=6", "--num_classes=2", "--quality=95")
+    assert {f: f.stat().st_mtime_ns for f in (out / "96x64").glob("*/*.jpg")} == before
+    assert "96x64: 6 images" in stdout
+
+
+def test_plot_benchmarks_draws_every_size(tmp_path):
+    """benchmarks/plot_benchmarks.py on two peers.py-shaped results, one with the
+    in-memory ceiling far off the scale and a skipped candidate."""
+    def res(scale):
+        c = {n: {"images_per_sec": v * scale, "steady_images_per_cpu_sec": v / 2,
+                 "psnr_db_median": 33.0, "psnr_db_p5": 28.0}
+             for n, v in (("pipeline", 900), ("keras", 800), ("plain", 950))}
+        c["in_memory"] = {"images_per_sec": 90000, "steady_images_per_cpu_sec": 50000}
+        c["dali"] = {"name": "dali", "skipped": "not installed"}
+        return {"candidates": c, "num_images": 1000, "image_size": 224, "batch_size": 64,
+                "epochs": 2, "repeats": 2, "cores": 2, "data_dir": "sample"}
+    files = []
+    for k, scale in enumerate((1, 0.05)):
+        f = tmp_path / f"r{k}.json"
+        f.write_text(json.dumps(res(scale)))
+        files.append(str(f))
+    _run("plot_benchmarks.py", *files, f"--png_out={tmp_path / 'p.png'}")
+    png = tmp_path / "p.png"
+    assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 20000
