@@ -63,7 +63,6 @@ LAYOUTS = {
     "40_app_segments": [_segment(0xE2 + k % 14, b"app%d" % k + bytes(k)) for k in range(40)],
     "6_segments_of_64kb": [_segment(0xE2 + k, bytes(65533)) for k in range(6)],
     "xmp_app1_first": [_XMP],
-    "jfif+icc+dqt_between": None,  # filled below: a table segment before the EXIF block
     "fill_bytes_between": [_segment(0xFE, b"a") + b"\xff\xff\xff", _segment(0xED, b"ps")] * 5,
 }
 
@@ -77,9 +76,10 @@ def _dqt_layout(rest):
 
 def _file(name, orientation=6):
     rest = _image()
-    segs = LAYOUTS[name]
-    if segs is None:
+    if name == "jfif+icc+dqt_between":  # a table segment before the EXIF block
         segs, rest = _dqt_layout(rest)
+    else:
+        segs = LAYOUTS[name]
     return b"\xff\xd8" + b"".join(segs) + _exif(orientation) + rest
 
 
@@ -171,3 +171,14 @@ def test_walk_ends_at_the_scan():
         assert im.getexif().get(0x0112) is None
     fn = tf.function(decode.exif_orientation, autograph=False)
     assert int(fn(tf.constant(data))) == 1
+
+
+def test_exif_after_a_table_segment_is_not_read(orientation_fn):
+    """The walk covers the APPn / COM segments after SOI (where the EXIF and JFIF
+    standards put them), not the tables after them: an EXIF block after a DQT is
+    taken as orientation 1 (docs/limitations.md), although Pillow reads it."""
+    for o in (3, 6):
+        data = _file("jfif+icc+dqt_between", o)
+        with Image.open(io.BytesIO(data)) as im:
+            assert im.getexif().get(0x0112) == o
+        assert int(orientation_fn(tf.constant(data))) == 1
