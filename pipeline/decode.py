@@ -453,7 +453,7 @@ def tiff_header(contents):
 
     # BitsPerSample: a SHORT per sample, held elsewhere past two: read the first
     bits_hit = valid & tf.equal(tags, 0x0102)
-    bits_at = tf.reduce_max(tf.where(bits_hit & (count > 2), value, -1))
+    bits_at = tf.reduce_max(tf.where(bits_hit & (count > 2), u32(v0, v1), -1))  # offset
     bits_far = raw(tf.strings.substr(contents, tf.clip_by_value(bits_at, 0, size), 2),
                    tf.uint16, 2)[0]
     bits = tf.where(bits_at >= 0, bits_far, get(0x0102, 1))
