@@ -7,11 +7,16 @@ shards), so a file gives the same pixels whatever the source.
 
 * The format comes from the file's first bytes (``pipeline.formats``), never
   its extension. JPEG, PNG, GIF and BMP are decoded by TensorFlow ops; WebP by
-  ``tf.io.decode_webp`` where TensorFlow has it, else tensorflow-io; TIFF and
-  AVIF by tensorflow-io, whose ops are only built into a graph when some
-  file's extension names such a format and tensorflow-io loads here.
+  ``tf.io.decode_webp`` where TensorFlow has it, else tensorflow-io; TIFF by
+  tensorflow-io where its ops load (TensorFlow 2.16) and the file is a variant
+  it decodes exactly as Pillow does (``tiff_header`` reads IFD0 in graph: 1-8
+  bit gray or palette, 8-bit RGB, no alpha), else by the Pillow fallback;
+  AVIF by the Pillow fallback (Pillow >= 11.3 reads AVIF; tensorflow-io's
+  AVIF colours differ from it), or tensorflow-io where Pillow cannot. The
+  tensorflow-io ops are only built into a graph when some file's extension
+  names such a format and tensorflow-io loads here.
 * Before any decode, the header's width and height are read (PNG IHDR, GIF
-  logical screen, BMP info header, WebP VP8/VP8L/VP8X, JPEG SOF via
+  logical screen, BMP info header, WebP VP8/VP8L/VP8X, TIFF IFD0, JPEG SOF via
   ``tf.image.extract_jpeg_shape``) and a file claiming more than
   ``max_pixels`` pixels is refused without allocating its pixels.
 * JPEG EXIF orientation (tag 0x0112 of IFD0, EXIF 2.32; the same tag
@@ -27,16 +32,21 @@ shards), so a file gives the same pixels whatever the source.
   (palettes, RLE4/RLE8, 16/32-bit, bit fields, OS/2, v4/v5 headers,
   top-down) by ``pipeline.bmp``, a graph-op decoder checked against Pillow.
 * **Slow fallback (rare path, clearly marked):** files whose format has no
-  graph decoder here (HEIC/HEIF with pillow-heif installed, animated WebP
-  (``tf.io.decode_webp`` crashes on it), a TIFF with alpha, BMP variants met
-  under another extension, WebP/TIFF met under another extension) are decoded
+  graph decoder here (HEIC/HEIF with pillow-heif installed, AVIF, animated
+  WebP (``tf.io.decode_webp`` crashes on it), every TIFF without tensorflow-io
+  and the TIFF variants it does not decode as Pillow does (16-bit, float,
+  alpha, CMYK, YCbCr, L*a*b*, JPEG-compressed, planar), BMP variants met
+  under another extension, WebP met under another extension) are decoded
   by Pillow inside a ``tf.py_function`` named ``pipeline_pillow_fallback``. It
   holds the GIL, so it is slow, and it cannot run on tf.data service workers:
   with ``service=``, such files are bad files with a reason that says so. It
   is never silent: the factories log how many files it will take by
   extension (``Decoder.fallback_note``), the first file of each kind it
   decodes is logged, and ``scan`` marks the variants it takes
-  (``Decoder.takes_fallback``).
+  (``Decoder.takes_fallback``) with the fallback's measured cost per file.
+  The fallback returns Pillow's own channels (``pillow_image``: gray, gray +
+  alpha, RGB or RGBA, with its rules for 16-bit, float and L*a*b* samples)
+  and the channel rules below are applied in graph, as for every format.
 * **Other formats in a JPEG-only dataset (rare path, clearly marked):** when
   every file is named as a JPEG (or the TFRecord shards hold only JPEGs),
   the graph holds the JPEG decoder alone, which makes the dataset quicker to
@@ -55,7 +65,8 @@ Channels: every image comes out with exactly ``channels`` (1, 3 or 4). Gray
 is replicated to RGB; RGB to gray uses ITU-R 601 luma
 (``tf.image.rgb_to_grayscale``); alpha is dropped when not asked for (colour
 under transparent pixels is kept as stored) and set to 255 when asked for and
-absent. 16-bit PNG samples become 8-bit as ``v >> 8`` (libpng's strip-16).
+absent. 16-bit PNG and TIFF samples become 8-bit as ``v >> 8`` (libpng's
+strip-16); float TIFF samples are taken as 0.0-1.0, clipped, ``round(v * 255)``.
 Animated GIF and WebP give their first frame. CMYK/YCCK JPEGs are converted to
 RGB by libjpeg (Adobe inverted CMYK handled).
 """
