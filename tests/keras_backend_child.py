@@ -67,6 +67,7 @@ def scenario(name, fn):
     except Exception as e:  # pylint: disable=broad-except
         out[name] = {"error": f"{type(e).__name__}: {e}"[:600],
                      "trace": traceback.format_exc()[-1500:]}
+    print(f"SCENARIO {name} " + json.dumps(out[name]), flush=True)
 
 
 kw = dict(image_size=(SIDE, SIDE), batch_size=BATCH, seed=1)
@@ -80,7 +81,7 @@ scenario("binary", lambda: run(model(1, "sigmoid", "binary_crossentropy"),
                                pipeline.from_directory(good, label_mode="binary",
                                                        class_names=["cat", "dog"], **kw)))
 scenario("multi_hot", lambda: run(model(3, "sigmoid", "binary_crossentropy"),
-                                  pipeline.from_manifest(os.path.join(ROOT, "multi.csv"),
+                                  pipeline.from_manifest(os.path.join(ROOT, "multi.csv"), label_columns=["labels"],
                                                          label_mode="multi_hot", **kw)))
 
 

@@ -53,7 +53,7 @@ def result(request, tmp_path_factory):
                PYTHONPATH=os.pathsep.join([os.path.dirname(HERE),
                                            os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, os.path.join(HERE, "keras_backend_child.py"), root],
-                          env=env, capture_output=True, text=True, timeout=1200, check=False)
+                          env=env, capture_output=True, text=True, timeout=1800, check=False)
     line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     assert proc.returncode == 0 and line, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(line[-1][len("RESULT "):])
