@@ -81,7 +81,8 @@ scenario("binary", lambda: run(model(1, "sigmoid", "binary_crossentropy"),
                                pipeline.from_directory(good, label_mode="binary",
                                                        class_names=["cat", "dog"], **kw)))
 scenario("multi_hot", lambda: run(model(3, "sigmoid", "binary_crossentropy"),
-                                  pipeline.from_manifest(os.path.join(ROOT, "multi.csv"), label_columns=["labels"],
+                                  pipeline.from_manifest(os.path.join(ROOT, "multi.csv"),
+                                                         label_columns=["labels"],
                                                          label_mode="multi_hot", **kw)))
 
 
