@@ -144,7 +144,8 @@ def _tiff_plain(get) -> bool:
     return (get(0x0100) is not None and get(0x0101) is not None
             and (photometric in (0, 1, 3) and spp == 1 and bits in (1, 2, 4, 8)
                  or photometric == 2 and spp == 3 and bits == 8)
-            and get(0x0152) is None and (get(0x0153) or 1) == 1 and (get(0x011C) or 1) == 1
+            and get(0x0152) is None and (1 if get(0x0153) is None else get(0x0153)) == 1
+            and (1 if get(0x011C) is None else get(0x011C)) == 1
             and (get(0x0103) or 1) in TIFF_GRAPH_COMPRESSIONS)
 
 
@@ -462,12 +463,14 @@ def tiff_header(contents):
         v = tf.reduce_max(tf.where(hit, value, -1))
         return v if default is None else tf.where(tf.reduce_any(hit), v, default)
 
-    # BitsPerSample: a SHORT per sample, held elsewhere past two: read the first
-    bits_hit = valid & tf.equal(tags, 0x0102)
-    bits_at = tf.reduce_max(tf.where(bits_hit & (count > 2), u32(v0, v1), -1))  # offset
-    bits_far = raw(tf.strings.substr(contents, tf.clip_by_value(bits_at, 0, size), 2),
-                   tf.uint16, 2)[0]
-    bits = tf.where(bits_at >= 0, bits_far, get(0x0102, 1))
+    def first_short(tag, default):
+        """A per-sample SHORT (BitsPerSample, SampleFormat): held elsewhere past two
+        values; its first value."""
+        at = tf.reduce_max(tf.where(valid & tf.equal(tags, tag) & (count > 2), u32(v0, v1), -1))
+        far = raw(tf.strings.substr(contents, tf.clip_by_value(at, 0, size), 2), tf.uint16, 2)[0]
+        return tf.where(at >= 0, far, get(tag, default))
+
+    bits = first_short(0x0102, 1)
     photometric, spp = get(0x0106), get(0x0115, 1)
     compression = get(0x0103, 1)
     h, w = get(0x0101), get(0x0100)
@@ -475,7 +478,7 @@ def tiff_header(contents):
                 & ((((photometric == 0) | (photometric == 1) | (photometric == 3)) & (spp == 1)
                     & ((bits == 1) | (bits == 2) | (bits == 4) | (bits == 8)))
                    | ((photometric == 2) & (spp == 3) & (bits == 8)))
-                & (get(0x0152) < 0) & (get(0x0153, 1) == 1) & (get(0x011C, 1) == 1)
+                & (get(0x0152) < 0) & (first_short(0x0153, 1) == 1) & (get(0x011C, 1) == 1)
                 & tf.reduce_any(tf.equal(compression, TIFF_GRAPH_COMPRESSIONS)))
     return h, w, in_graph
 

@@ -145,7 +145,8 @@ scenario("prefetch_to_device", lambda: run(
 
 
 def service():
-    from tensorflow.data.experimental import service as svc  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from tensorflow.data.experimental import service as svc
     dispatcher = svc.DispatchServer()
     worker = svc.WorkerServer(svc.WorkerConfig(
         dispatcher_address=dispatcher.target.split("://")[1]))
