@@ -107,10 +107,11 @@ def test_plain_jax_loop(result):
 
 
 def test_documented_extras(result):
-    """What docs/keras-backends.md says of each, as measured: bfloat16 images and
-    prefetch_to_device (ignored without that device) work; include_paths=True does not
+    """What docs/keras-backends.md says of each, as measured: bfloat16 images,
+    prefetch_to_device (ignored without that device) and tf.data service work; include_paths=True does not
     with fit (Keras takes the path strings for sample weights)."""
     _ok(result["prefetch_to_device"], "prefetch_to_device", math.ceil(18 / BATCH))
     _ok(result["bfloat16"], "bfloat16", math.ceil(18 / BATCH))
+    _ok(result["service"], "service", math.ceil(18 / BATCH))  # in-process dispatcher + worker
     assert "Invalid dtype: object" in result["include_paths"].get("error", ""), \
         result["include_paths"]
