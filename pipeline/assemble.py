@@ -243,26 +243,31 @@ class Stages:
         return image
 
 
-def _optional_decoders(hinted, remote: bool):
+def _optional_decoders(hinted, remote: bool, service: bool = False):
     """(tensorflow-io decoders to build in, why tensorflow-io is unusable or "").
 
     Only formats that some file's extension (or the shards' sidecar) names
     (``hinted``), and only where tensorflow-io's ops load: probing it imports
     it, which costs seconds, so a folder of JPEGs never does. Remote files may
-    be anything.
+    be anything. AVIF is Pillow's where Pillow reads it (except on tf.data
+    service workers); without tensorflow-io, these formats take the Pillow
+    fallback (``decode.Decoder``).
     """
     wanted = set(hinted)
     if remote:
         wanted |= {"tiff"}
     if stack.core_webp():
         wanted.discard("webp")
+    if not service and "avif" in decode_lib.pillow_plugins():
+        wanted.discard("avif")
     wanted &= {"webp", "tiff", "avif"}
     if not wanted:
         return set(), ""
     status = stack.tfio_status()
     if not status.available:
-        logging.warning("pipeline: %s files will be refused: %s", "/".join(sorted(wanted)),
-                        status.reason)
+        logging.warning("pipeline: tensorflow-io is unusable here (%s): %s files are decoded by "
+                        "the slow Pillow fallback%s", status.reason, "/".join(sorted(wanted)),
+                        ", which tf.data service workers cannot run: refused" if service else "")
         return set(), status.reason
     return wanted, ""
 
@@ -282,7 +287,7 @@ def make_stages(source, opts, full_graph: bool = False):
     stored = source.formats if isinstance(source, Records) else ()
     hinted = set(stored) | formats.hinted_formats(paths)
     tfio_formats, unusable = _optional_decoders(hinted, remote=any(
-        read.is_remote(p) for p in paths[:1]))
+        read.is_remote(p) for p in paths[:1]), service=bool(opts.service))
     decoder = decode_lib.Decoder(
         opts.channels, opts.max_pixels, opts.exif_orientation, tfio_formats=tfio_formats,
         tfio_unusable=unusable, bmp_in_graph="bmp" in hinted, fallback=not opts.service,

@@ -7,11 +7,16 @@ shards), so a file gives the same pixels whatever the source.
 
 * The format comes from the file's first bytes (``pipeline.formats``), never
   its extension. JPEG, PNG, GIF and BMP are decoded by TensorFlow ops; WebP by
-  ``tf.io.decode_webp`` where TensorFlow has it, else tensorflow-io; TIFF and
-  AVIF by tensorflow-io, whose ops are only built into a graph when some
-  file's extension names such a format and tensorflow-io loads here.
+  ``tf.io.decode_webp`` where TensorFlow has it, else tensorflow-io; TIFF by
+  tensorflow-io where its ops load (TensorFlow 2.16) and the file is a variant
+  it decodes exactly as Pillow does (``tiff_header`` reads IFD0 in graph: 1-8
+  bit gray or palette, 8-bit RGB, no alpha), else by the Pillow fallback;
+  AVIF by the Pillow fallback (Pillow >= 11.3 reads AVIF; tensorflow-io's
+  AVIF colours differ from it), or tensorflow-io where Pillow cannot. The
+  tensorflow-io ops are only built into a graph when some file's extension
+  names such a format and tensorflow-io loads here.
 * Before any decode, the header's width and height are read (PNG IHDR, GIF
-  logical screen, BMP info header, WebP VP8/VP8L/VP8X, JPEG SOF via
+  logical screen, BMP info header, WebP VP8/VP8L/VP8X, TIFF IFD0, JPEG SOF via
   ``tf.image.extract_jpeg_shape``) and a file claiming more than
   ``max_pixels`` pixels is refused without allocating its pixels.
 * JPEG EXIF orientation (tag 0x0112 of IFD0, EXIF 2.32; the same tag
@@ -32,16 +37,21 @@ shards), so a file gives the same pixels whatever the source.
   (palettes, RLE4/RLE8, 16/32-bit, bit fields, OS/2, v4/v5 headers,
   top-down) by ``pipeline.bmp``, a graph-op decoder checked against Pillow.
 * **Slow fallback (rare path, clearly marked):** files whose format has no
-  graph decoder here (HEIC/HEIF with pillow-heif installed, animated WebP
-  (``tf.io.decode_webp`` crashes on it), a TIFF with alpha, BMP variants met
-  under another extension, WebP/TIFF met under another extension) are decoded
+  graph decoder here (HEIC/HEIF with pillow-heif installed, AVIF, animated
+  WebP (``tf.io.decode_webp`` crashes on it), every TIFF without tensorflow-io
+  and the TIFF variants it does not decode as Pillow does (16-bit, float,
+  alpha, CMYK, YCbCr, L*a*b*, JPEG-compressed, planar), BMP variants met
+  under another extension, WebP met under another extension) are decoded
   by Pillow inside a ``tf.py_function`` named ``pipeline_pillow_fallback``. It
   holds the GIL, so it is slow, and it cannot run on tf.data service workers:
   with ``service=``, such files are bad files with a reason that says so. It
   is never silent: the factories log how many files it will take by
   extension (``Decoder.fallback_note``), the first file of each kind it
   decodes is logged, and ``scan`` marks the variants it takes
-  (``Decoder.takes_fallback``).
+  (``Decoder.takes_fallback``) with the fallback's measured cost per file.
+  The fallback returns Pillow's own channels (``pillow_image``: gray, gray +
+  alpha, RGB or RGBA, with its rules for 16-bit, float and L*a*b* samples)
+  and the channel rules below are applied in graph, as for every format.
 * **Other formats in a JPEG-only dataset (rare path, clearly marked):** when
   every file is named as a JPEG (or the TFRecord shards hold only JPEGs),
   the graph holds the JPEG decoder alone, which makes the dataset quicker to
@@ -60,7 +70,8 @@ Channels: every image comes out with exactly ``channels`` (1, 3 or 4). Gray
 is replicated to RGB; RGB to gray uses ITU-R 601 luma
 (``tf.image.rgb_to_grayscale``); alpha is dropped when not asked for (colour
 under transparent pixels is kept as stored) and set to 255 when asked for and
-absent. 16-bit PNG samples become 8-bit as ``v >> 8`` (libpng's strip-16).
+absent. 16-bit PNG and TIFF samples become 8-bit as ``v >> 8`` (libpng's
+strip-16); float TIFF samples are taken as 0.0-1.0, clipped, ``round(v * 255)``.
 Animated GIF and WebP give their first frame. CMYK/YCCK JPEGs are converted to
 RGB by libjpeg (Adobe inverted CMYK handled).
 """
@@ -68,7 +79,9 @@ RGB by libjpeg (Adobe inverted CMYK handled).
 from __future__ import annotations
 
 import io
+import struct
 import threading
+import time
 from typing import Callable, Dict, Optional, Sequence, Set
 
 import numpy as np
@@ -123,17 +136,48 @@ def _gif_plain(head: bytes) -> bool:
     return False
 
 
-def _tiff_has_extra_samples(head: bytes) -> bool:
-    """In Python, ``ifd0_short(..., 0x0152)``'s presence test (TIFF ExtraSamples,
-    i.e. alpha), from the first bytes (False when IFD0 lies beyond them)."""
-    order = "little" if head[:2] == b"II" else "big"
-    u = lambda i, n: int.from_bytes(head[i:i + n], order)
-    ifd = u(4, 4)
-    if ifd + 2 > len(head):
+def tiff_in_graph_bytes(head: bytes, read_at: Optional[Callable[[int, int], bytes]] = None
+                        ) -> bool:
+    """In Python, ``tiff_header``'s ``in_graph`` test (whether tensorflow-io's TIFF
+    decoder gives this TIFF's pixels as Pillow does), from the first bytes, or
+    from ``read_at(offset, size) -> bytes`` when IFD0 lies beyond them."""
+    read = read_at or (lambda o, n: head[o:o + n])
+    order = "<" if head[:2] == b"II" else ">"
+    if len(head) < 8:
         return False
-    count = min(u(ifd, 2), EXIF_ENTRIES)
-    return any(u(ifd + 2 + 12 * i, 2) == 0x0152 for i in range(count)
-               if ifd + 14 + 12 * i <= len(head))
+    ifd = struct.unpack(order + "I", head[4:8])[0]
+    raw = read(ifd, 2 + 12 * TIFF_ENTRIES)
+    if len(raw) < 2:
+        return False
+    count = min(struct.unpack(order + "H", raw[:2])[0], TIFF_ENTRIES)
+    fields = {}
+    for i in range(count):
+        e = raw[2 + 12 * i:14 + 12 * i]
+        if len(e) < 12:
+            break
+        tag, typ, n = struct.unpack(order + "HHI", e[:8])
+        short = typ == 3
+        if short and n > 2:  # a SHORT array held elsewhere: its first value
+            at = struct.unpack(order + "I", e[8:12])[0]
+            b = read(at, 2)
+            value = struct.unpack(order + "H", b)[0] if len(b) == 2 else -1
+        else:
+            value = struct.unpack(order + ("H" if short else "I"), e[8:10] if short else e[8:12])[0]
+        fields[tag] = value
+    return _tiff_plain(fields.get)
+
+
+def _tiff_plain(get) -> bool:
+    """The rule shared by ``tiff_header`` and ``tiff_in_graph_bytes``: ``get(tag)``
+    gives IFD0's value of a tag (None when absent)."""
+    photometric, spp = get(0x0106), get(0x0115) or 1
+    bits = 1 if get(0x0102) is None else get(0x0102)
+    return (get(0x0100) is not None and get(0x0101) is not None
+            and (photometric in (0, 1, 3) and spp == 1 and bits in (1, 2, 4, 8)
+                 or photometric == 2 and spp == 3 and bits == 8)
+            and get(0x0152) is None and (1 if get(0x0153) is None else get(0x0153)) == 1
+            and (1 if get(0x011C) is None else get(0x011C)) == 1
+            and (get(0x0103) or 1) in TIFF_GRAPH_COMPRESSIONS)
 
 
 def bytes_text(values):
@@ -502,10 +546,78 @@ def gif_plain(contents):
                           & tf.equal(le(5), screen(6)) & tf.equal(le(7), screen(8)))
 
 
+TIFF_ENTRIES = 32  # IFD0 entries read by ``tiff_header``
+# compressions tensorflow-io's TIFF decoder (libtiff) gives as Pillow does: none, CCITT
+# 1D/G3/G4, LZW, Deflate (both codes), PackBits; others (JPEG, ...) take the fallback
+TIFF_GRAPH_COMPRESSIONS = (1, 2, 3, 4, 5, 8, 32773, 32946)
+_TIFF_INDEX = np.arange(TIFF_ENTRIES, dtype=np.int64)
+
+
+def tiff_header(contents):
+    """In graph: (height, width, in_graph) of a TIFF from IFD0's fields (TIFF 6.0,
+    section 2; int64 scalars, -1 when absent; a bool scalar).
+
+    ``in_graph`` is True for the variants that tensorflow-io's decoder gives
+    exactly as Pillow does (checked in ``tests/test_tiff_avif.py``): 1/2/4/8-bit
+    gray (either polarity) and palette, 8-bit RGB, one plane, no extra samples
+    (alpha), unsigned integer samples, compressed by none/CCITT/LZW/Deflate/
+    PackBits. Every other variant (16-bit, float, CMYK, YCbCr, CIE L*a*b*,
+    alpha, JPEG-compressed, planar) takes the Pillow fallback. The first
+    ``TIFF_ENTRIES`` entries are read; two reads, no branch.
+    """
+    size = tf.cast(tf.strings.length(contents), tf.int64)
+    little = tf.equal(tf.strings.substr(contents, 0, 1), b"I")
+
+    def raw(s, dtype, n):
+        return tf.cast(tf.where(little, tf.io.decode_raw(s, dtype, little_endian=True,
+                                                         fixed_length=n),
+                                tf.io.decode_raw(s, dtype, little_endian=False,
+                                                 fixed_length=n)), tf.int64)
+
+    def u32(v0, v1):
+        return tf.where(little, v0 + v1 * 65536, v0 * 65536 + v1)
+
+    hdr = raw(tf.strings.substr(contents, 0, 8), tf.uint16, 8)
+    ifd = u32(hdr[2], hdr[3])
+    n = 2 + 12 * TIFF_ENTRIES
+    u = raw(tf.strings.substr(contents, tf.minimum(ifd, size), n), tf.uint16, n)
+    tags, types, c0, c1, v0, v1 = tf.unstack(tf.reshape(u[1:], [TIFF_ENTRIES, 6]), num=6,
+                                             axis=1)
+    valid = _TIFF_INDEX < u[0]
+    count = u32(c0, c1)
+    value = tf.where(tf.equal(types, 3), v0, u32(v0, v1))  # SHORT: the first 2 bytes
+
+    def get(tag, default=None):
+        hit = valid & tf.equal(tags, tag)
+        v = tf.reduce_max(tf.where(hit, value, -1))
+        return v if default is None else tf.where(tf.reduce_any(hit), v, default)
+
+    def first_short(tag, default):
+        """A per-sample SHORT (BitsPerSample, SampleFormat): held elsewhere past two
+        values; its first value."""
+        at = tf.reduce_max(tf.where(valid & tf.equal(tags, tag) & (count > 2), u32(v0, v1), -1))
+        far = raw(tf.strings.substr(contents, tf.clip_by_value(at, 0, size), 2), tf.uint16, 2)[0]
+        return tf.where(at >= 0, far, get(tag, default))
+
+    bits = first_short(0x0102, 1)
+    photometric, spp = get(0x0106), get(0x0115, 1)
+    compression = get(0x0103, 1)
+    h, w = get(0x0101), get(0x0100)
+    in_graph = ((h >= 0) & (w >= 0)
+                & ((((photometric == 0) | (photometric == 1) | (photometric == 3)) & (spp == 1)
+                    & ((bits == 1) | (bits == 2) | (bits == 4) | (bits == 8)))
+                   | ((photometric == 2) & (spp == 3) & (bits == 8)))
+                & (get(0x0152) < 0) & (first_short(0x0153, 1) == 1) & (get(0x011C, 1) == 1)
+                & tf.reduce_any(tf.equal(compression, TIFF_GRAPH_COMPRESSIONS)))
+    return h, w, in_graph
+
+
 def header_size(contents, fmt, head=None, tfio_tiff: bool = False):
     """(height, width) as int64 scalars read from the header, -1 when unknown.
 
-    Reads only header fields: nothing is decoded or allocated by image size.
+    Reads only header fields: nothing is decoded or allocated by image size (a
+    TIFF's come from IFD0, ``tiff_header``). ``tfio_tiff`` is ignored (kept for
+    callers).
     """
     b = bytes_at(contents, 0, 32) if head is None else head
     little = True
@@ -536,12 +648,10 @@ def header_size(contents, fmt, head=None, tfio_tiff: bool = False):
         hs = tf.stack([_u32(b, 20, False), _u16(b, 8, little), bmp_h, webp_h, -1])
         ws = tf.stack([_u32(b, 16, False), _u16(b, 6, little), bmp_w, webp_w, -1])
         k = tf.clip_by_value(tf.cast(fmt, tf.int64) - 1, 0, 4)
-        if tfio_tiff:
-            def tiff():
-                shape, _ = _tfio().experimental.image.decode_tiff_info(contents)
-                return shape[0, 0], shape[0, 1]
-            return tf.cond(tf.equal(fmt, _F.TIFF), tiff, lambda: (hs[k], ws[k]))
-        return hs[k], ws[k]
+        def tiff():
+            h, w, _ = tiff_header(contents)
+            return h, w
+        return tf.cond(tf.equal(fmt, _F.TIFF), tiff, lambda: (hs[k], ws[k]))
 
     return tf.cond(tf.equal(fmt, _F.JPEG), jpeg, others)
 
@@ -657,38 +767,77 @@ def pillow_plugins() -> Set[str]:
         found.add("heif")
     except ImportError:
         pass
-    try:
-        import pillow_avif  # noqa: F401  pylint: disable=import-outside-toplevel
-        found.add("avif")
-    except ImportError:
-        from PIL import features  # pylint: disable=import-outside-toplevel
-        if features.check("avif") if "avif" in features.get_supported_codecs() else False:
+    from PIL import features  # pylint: disable=import-outside-toplevel
+    if "avif" in features.get_supported_modules() and features.check_module("avif"):
+        found.add("avif")  # Pillow >= 11.3 wheels carry libavif
+    else:
+        try:
+            import pillow_avif  # noqa: F401  pylint: disable=import-outside-toplevel
             found.add("avif")
+        except ImportError:
+            pass
     return found
 
 
-def pillow_decode(contents: bytes, channels: int) -> np.ndarray:
-    """Slow fallback, in Python: the first frame of an image, decoded by Pillow.
+def pillow_image(contents: bytes) -> np.ndarray:
+    """Slow fallback, in Python: the first frame (page) of an image, decoded by
+    Pillow, as uint8 ``[height, width, n]``: n = 1 (gray), 2 (gray + alpha),
+    3 (RGB) or 4 (RGBA), for ``to_channels`` to apply the module's channel rules.
 
-    Returns uint8 ``[height, width, channels]`` with the channel rules of
-    ``to_channels`` (gray 'L' and RGBA from Pillow's modes). Raises whatever
-    Pillow raises for a file it cannot decode.
+    Sample rules beyond 8-bit (the same as for other formats where one exists):
+    16-bit integer samples become ``v >> 8`` (as libpng's strip-16; Pillow
+    already does so for 16-bit RGB); floating-point samples are taken as
+    0.0-1.0 (the common convention of float images), clipped to it, and scaled
+    as ``round(v * 255)`` (NaN as 0); 32-bit integer samples become ``v >> 24``
+    (negative values 0). CIE L*a*b* (TIFF photometric 8) becomes sRGB through
+    LittleCMS (``PIL.ImageCms``, D50 L*a*b* to sRGB, perceptual intent);
+    CMYK and YCbCr by Pillow's own conversions; palettes expanded, with alpha
+    when the palette has transparency. JPEGs are oriented by their EXIF tag.
+    Raises whatever Pillow raises for a file it cannot decode.
     """
-    from PIL import Image, ImageOps  # pylint: disable=import-outside-toplevel
+    from PIL import Image, ImageCms, ImageOps  # pylint: disable=import-outside-toplevel
     pillow_plugins()
     with Image.open(io.BytesIO(contents)) as im:
         im.seek(0)
         im.load()
         im = ImageOps.exif_transpose(im) if im.format == "JPEG" else im
-        has_alpha = im.mode in ("RGBA", "LA", "PA") or "transparency" in im.info
-        if channels == 1:
-            out = im.convert("L")
-        elif channels == 3:
-            out = im.convert("RGB")
+        mode = im.mode
+        if mode.startswith("I;16"):
+            arr = (np.asarray(im).astype(np.uint32) >> 8).astype(np.uint8)
+        elif mode == "I":
+            arr = (np.clip(np.asarray(im, np.int64), 0, None) >> 24).astype(np.uint8)
+        elif mode == "F":
+            v = np.nan_to_num(np.asarray(im, np.float64), nan=0.0)
+            arr = np.round(np.clip(v, 0.0, 1.0) * 255).astype(np.uint8)
+        elif mode == "LAB":
+            to_rgb = ImageCms.buildTransform(ImageCms.createProfile("LAB"),
+                                             ImageCms.createProfile("sRGB"), "LAB", "RGB")
+            arr = np.asarray(ImageCms.applyTransform(im, to_rgb), np.uint8)
+        elif mode in ("1", "L"):
+            arr = np.asarray(im.convert("L"), np.uint8)
+        elif mode in ("LA", "La"):
+            arr = np.asarray(im.convert("LA"), np.uint8)
+        elif mode in ("RGBA", "RGBa", "PA") or "transparency" in im.info:
+            arr = np.asarray(im.convert("RGBA"), np.uint8)
         else:
-            out = im.convert("RGBA") if has_alpha else im.convert("RGB").convert("RGBA")
-        arr = np.asarray(out, np.uint8)
-    return arr.reshape(arr.shape[0], arr.shape[1], channels)
+            arr = np.asarray(im.convert("RGB"), np.uint8)
+    return arr.reshape(arr.shape[0], arr.shape[1], -1)
+
+
+def pillow_decode(contents: bytes, channels: int) -> np.ndarray:
+    """``pillow_image`` with exactly ``channels`` (1, 3 or 4), in NumPy: gray
+    replicated, alpha dropped or set to 255; RGB to gray by Pillow's ITU-R 601
+    luma (``convert("L")``, which may differ by 1 from ``to_channels``'s; the
+    pipeline's fallback applies ``to_channels`` in graph instead)."""
+    arr = pillow_image(contents)
+    n = arr.shape[-1]
+    if channels == 1 and n >= 3:
+        from PIL import Image  # pylint: disable=import-outside-toplevel
+        return np.asarray(Image.fromarray(arr[..., :3]).convert("L"))[..., None]
+    gray = arr[..., :1]
+    rgb = np.concatenate([gray] * 3, -1) if n <= 2 else arr[..., :3]
+    alpha = arr[..., n - 1:] if n in (2, 4) else np.full_like(gray, 255)
+    return {1: gray, 3: rgb, 4: np.concatenate([rgb, alpha], -1)}[channels]
 
 
 class Decoder:
@@ -733,16 +882,19 @@ class Decoder:
         self.plugins = pillow_plugins() if fallback else set()
         self._fallback_seen: Set[str] = set()   # kinds the fallback has logged
         self._fallback_lock = threading.Lock()
+        self.fallback_stats = [0, 0.0]  # files the Pillow fallback decoded, seconds in it
 
     def placeholder(self):
         return tf.zeros([1, 1, self.channels], tf.uint8)
 
     # ------------------------------------------------------- the fallback, marked
-    def takes_fallback(self, head: bytes) -> bool:
+    def takes_fallback(self, head: bytes,
+                       read_at: Optional[Callable[[int, int], bytes]] = None) -> bool:
         """Whether a file with these first bytes (at least 64; 4 KB for a TIFF) is
         decoded by a slow Python path here (the Pillow fallback; or, without
         ``others_in_graph``, any file that is not a JPEG): the routing of
-        ``decode`` in Python, for ``scan``'s report and the factories' log line."""
+        ``decode`` in Python, for ``scan``'s report and the factories' log line.
+        ``read_at(offset, size) -> bytes`` reads a TIFF's IFD0 past ``head``."""
         if not self.fallback:
             return False
         fmt = _F.sniff_bytes(head)
@@ -756,14 +908,11 @@ class Decoder:
             animated = head[12:16] == b"VP8X" and len(head) > 20 and bool(head[20] & 2)
             return animated or not (self.core_webp or "webp" in self.tfio_formats)
         if fmt == "tiff":
-            if "tiff" in self.tfio_formats:
-                return _tiff_has_extra_samples(head)
-            return not self.tfio_unusable
+            return "tiff" not in self.tfio_formats or not tiff_in_graph_bytes(head, read_at)
         if fmt == "heif":
             return "heif" in self.plugins
         if fmt == "avif":
-            return ("avif" not in self.tfio_formats and not self.tfio_unusable
-                    and "avif" in self.plugins)
+            return "avif" in self.plugins
         return False
 
     def fallback_extensions(self) -> Set[str]:
@@ -774,11 +923,11 @@ class Decoder:
         out = set()
         if "heif" in self.plugins:
             out.add("heif")
-        if "avif" not in self.tfio_formats and not self.tfio_unusable and "avif" in self.plugins:
+        if "avif" in self.plugins:
             out.add("avif")
         if not self.core_webp and "webp" not in self.tfio_formats:
             out.add("webp")
-        if "tiff" not in self.tfio_formats and not self.tfio_unusable:
+        if "tiff" not in self.tfio_formats:
             out.add("tiff")
         return out
 
@@ -806,10 +955,10 @@ class Decoder:
         """Slow path: Pillow in a py_function (see the module docstring). The first
         file of each kind (``formats.variant``) decoded here is logged, once per
         decoder: the fallback is never silent."""
-        c = self.channels
-        seen, lock = self._fallback_seen, self._fallback_lock
+        seen, lock, stats = self._fallback_seen, self._fallback_lock, self.fallback_stats
 
         def run(b):
+            t0 = time.perf_counter()
             data = b.numpy()
             kind = _F.variant(data[:4096])
             with lock:
@@ -819,11 +968,16 @@ class Decoder:
                 logging.warning("pipeline: %s file(s) are decoded by the Pillow fallback "
                                 "(slow path: Python in a py_function, holds the GIL); "
                                 "converting them to JPEG or PNG avoids it", kind)
-            return pillow_decode(data, c)
+            try:
+                return pillow_image(data)
+            finally:
+                with lock:
+                    stats[0] += 1
+                    stats[1] += time.perf_counter() - t0
 
         img = tf.py_function(run, [contents], tf.uint8, name=FALLBACK_OP_NAME)
-        img.set_shape([None, None, c])
-        return img
+        img.set_shape([None, None, None])
+        return to_channels(img, self.channels)
 
     def _png(self, contents):
         if self.channels == 4:
@@ -872,11 +1026,11 @@ class Decoder:
         reasons = []
         for fid, name in enumerate(_F.FORMATS):
             why = ""
-            if fid in (_F.TIFF, _F.AVIF) and name not in self.tfio_formats and self.tfio_unusable:
-                why = (f"{_F.NAMES[fid]} decoding needs tensorflow-io, which is unusable here "
-                       f"({self.tfio_unusable}); {stack.TFIO_STACK_HINT}")
-            elif not self.fallback and name not in self.tfio_formats and fid in _F.OPTIONAL:
+            if not self.fallback and name not in self.tfio_formats and fid in _F.OPTIONAL:
                 why = _NO_FALLBACK % f"this {_F.NAMES[fid]} file"
+                if fid in (_F.TIFF, _F.AVIF) and self.tfio_unusable:
+                    why += (f" (tensorflow-io, which decodes it in graph, is unusable here: "
+                            f"{self.tfio_unusable}; {stack.TFIO_STACK_HINT})")
             elif fid == _F.HEIF and "heif" not in self.plugins:
                 why = ("HEIC/HEIF image (ISO-BMFF 'ftyp' heic/mif1 brand): no decoder for it is "
                        "installed; pip install pillow-heif to decode it (through the Pillow "
@@ -891,48 +1045,46 @@ class Decoder:
 
     def _optional(self, contents, fmt, head):
         """WebP (without a TensorFlow op), TIFF, HEIF, AVIF: tensorflow-io where it
-        was built in, else the Pillow fallback (which names what is missing when
-        it cannot decode a file), else a refusal."""
+        was built in and decodes the file as Pillow does (a still WebP; a TIFF
+        that ``tiff_header`` finds plain; an AVIF only where Pillow cannot read
+        AVIF), else the Pillow fallback (which names what is missing when it
+        cannot decode a file), else a refusal."""
         reason = tf.gather(self._optional_reasons(), fmt)
-        tfio = sorted(self.tfio_formats)
+        tfio = self.tfio_formats
+        slow = (lambda: self._fallback(contents)) if self.fallback else self.placeholder
+        tiff_ok = tiff_header(contents)[2] if "tiff" in tfio else None
+
+        def branch(name):
+            if name == "webp" and "webp" in tfio:
+                fast = lambda: to_channels(_tfio().image.decode_webp(contents), self.channels)
+                return lambda: tf.cond(webp_is_animated(head), slow, fast)
+            if name == "tiff" and "tiff" in tfio:
+                fast = lambda: to_channels(
+                    _tfio().experimental.image.decode_tiff(contents, index=0), self.channels)
+                return lambda: tf.cond(tiff_ok, fast, slow)
+            if name == "avif" and "avif" in tfio and "avif" not in self.plugins:
+                # tensorflow-io's AVIF colour conversion differs from Pillow's (up to
+                # 63 levels on noise): Pillow's decoder is preferred where present
+                return lambda: to_channels(
+                    _tfio().experimental.image.decode_avif(contents), self.channels)
+            return slow
 
         def decode():
             if not tfio:
-                return self._fallback(contents) if self.fallback else self.placeholder()
-            branches = []
-            for name in tfio:
-                if name == "webp":
-                    fast = lambda: to_channels(_tfio().image.decode_webp(contents), self.channels)
-                    slow = (lambda: self._fallback(contents)) if self.fallback else (
-                        lambda: self.placeholder())
-                    branches.append(lambda fast=fast, slow=slow: tf.cond(
-                        webp_is_animated(head), slow, fast))
-                elif name == "tiff":
-                    # tensorflow-io (libtiff's RGBA interface) premultiplies colour by
-                    # alpha; a TIFF with extra samples (alpha, tag 0x0152) takes the
-                    # fallback, which keeps the colour as stored.
-                    alpha, _ = ifd0_short(contents, tf.constant(0, tf.int64), 0x0152)
-                    tiff = lambda: to_channels(
-                        _tfio().experimental.image.decode_tiff(contents, index=0), self.channels)
-                    keep = (lambda: self._fallback(contents)) if self.fallback else (
-                        lambda: self.placeholder())
-                    branches.append(lambda tiff=tiff, keep=keep, alpha=alpha: tf.cond(
-                        alpha, keep, tiff))
-                else:
-                    branches.append(lambda: to_channels(
-                        _tfio().experimental.image.decode_avif(contents), self.channels))
-            branches.append((lambda: self._fallback(contents)) if self.fallback else (
-                lambda: self.placeholder()))
-            which = tf.constant([tfio.index(n) if n in tfio else len(tfio) for n in _F.FORMATS])
-            return tf.switch_case(tf.gather(which, tf.minimum(fmt, len(_F.FORMATS) - 1)), branches)
+                return slow()
+            fids = list(_F.OPTIONAL)
+            which = tf.constant([fids.index(f) if f in fids else 0
+                                 for f in range(len(_F.FORMATS))])
+            return tf.switch_case(tf.gather(which, tf.minimum(fmt, len(_F.FORMATS) - 1)),
+                                  [branch(_F.FORMATS[f]) for f in fids])
 
         if not self.fallback and "webp" in tfio:
             reason = tf.where(tf.equal(fmt, _F.WEBP) & webp_is_animated(head),
                               _NO_FALLBACK % "an animated WebP (TensorFlow < 2.18)", reason)
         if not self.fallback and "tiff" in tfio:
-            alpha, _ = ifd0_short(contents, tf.constant(0, tf.int64), 0x0152)
-            reason = tf.where(tf.equal(fmt, _F.TIFF) & alpha, _NO_FALLBACK % (
-                "a TIFF with an alpha channel (tensorflow-io premultiplies its colour)"), reason)
+            reason = tf.where(tf.equal(fmt, _F.TIFF) & ~tiff_ok, _NO_FALLBACK % (
+                "a TIFF of a variant that tensorflow-io does not decode as Pillow does "
+                "(16-bit, float, alpha, CMYK, YCbCr, L*a*b*, JPEG-compressed or planar)"), reason)
         img = tf.cond(tf.strings.length(reason) > 0, self.placeholder, decode)
         img.set_shape([None, None, self.channels])
         return img, reason

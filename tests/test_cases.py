@@ -39,10 +39,10 @@ def _check_pixels(case, img):
 OK = [c for c in CASE_LIST if c["expect"] == "ok"]
 BAD = [c for c in CASE_LIST if c["expect"] == "bad"]
 EITHER = [c for c in CASE_LIST if c["expect"] == "either"]
-# Decoded by tensorflow-io only (TIFF): refused, with the reason, where its ops do not load.
-# WebP goes through tf.io.decode_webp where TensorFlow has it, else tensorflow-io (files
-# named .webp) or the Pillow fallback (a WebP under another name).
-TFIO = ("rgb8.tif",)
+# Decoded by tensorflow-io only: none (TIFF takes the Pillow fallback where its ops do not
+# load, tests/test_tiff_avif.py). WebP goes through tf.io.decode_webp where TensorFlow has
+# it, else tensorflow-io (files named .webp) or the Pillow fallback (under another name).
+TFIO = ()
 TFIO_OK = stack.tfio_status().available
 DECODABLE = [c for c in OK if TFIO_OK or c["file"] not in TFIO]
 
@@ -53,21 +53,6 @@ def test_ok_cases_decode_to_reference(case):
     out = list(_one(os.path.join(CASES, case["file"])).as_numpy_iterator())
     assert len(out) == 1
     _check_pixels(case, out[0])
-
-
-@pytest.mark.skipif(TFIO_OK, reason="tensorflow-io's ops load here: TIFF is decoded")
-def test_tiff_refused_clearly_where_tensorflow_io_cannot_load():
-    """On a TensorFlow newer than tensorflow-io supports: one clear reason naming the
-    feature, the file and the stack that provides it, never an undefined-symbol error."""
-    path = os.path.join(CASES, "rgb8.tif")
-    ds = _one(path, on_error="skip")
-    assert drain(ds) == []
-    (rec,) = pipeline.errors(ds)
-    assert rec.path == path and "TIFF decoding needs tensorflow-io" in rec.reason, rec.reason
-    assert "tensorflow==2.16" in rec.reason and "undefined symbol" in rec.reason.lower() \
-        or "not installed" in rec.reason, rec.reason
-    with pytest.raises(tf.errors.InvalidArgumentError, match="TIFF decoding needs"):
-        list(_one(path))
 
 
 @pytest.mark.parametrize("channels", [1, 4])
