@@ -48,6 +48,9 @@ class Index:
             lists more than once (each row is still delivered).
         in_no_class: image files directly under a class-folder root, in no
             class folder, left out (they have no class).
+        mask_paths: None, or (segmentation pairs, ``pipeline.pairs``) the
+            mask file of each row, "" where a row has none (a bad row, its
+            reason in ``errors``).
     """
     paths: List[str]
     labels: Optional[np.ndarray]
@@ -57,6 +60,7 @@ class Index:
     left_out: List[str] = dataclasses.field(default_factory=list)
     duplicates: Dict[str, List[int]] = dataclasses.field(default_factory=dict)
     in_no_class: List[str] = dataclasses.field(default_factory=list)
+    mask_paths: Optional[List[str]] = None
 
     def __post_init__(self):
         if self.labels is not None and not isinstance(self.labels, np.ndarray):
@@ -94,7 +98,9 @@ class Index:
             None if self.labels is None else self.labels[rows],
             self.class_names,
             None if self.weights is None else self.weights[rows],
-            {where[r]: e for r, e in self.errors.items() if r in where})
+            {where[r]: e for r, e in self.errors.items() if r in where},
+            mask_paths=None if self.mask_paths is None else [
+                self.mask_paths[int(i)] for i in rows])
 
     @property
     def bad(self) -> List[tuple]:
