@@ -878,7 +878,9 @@ def test_pair_option_space(pair_corpus, cfg, tmp_path_factory):
                     cfg["mask_pad_value"]}
                 for xi, yi, pi in zip(x, y, p):
                     mask = np.where(yi == cfg["mask_pad_value"], 255, yi)
-                    assert seg_data.mismatches(xi, mask) == 0, pi
+                    if cfg["augment"] != "colour":  # (colour jitter moves the class colours;
+                        # that it leaves masks alone is tests/test_segmentation.py's)
+                        assert seg_data.mismatches(xi, mask) == 0, pi
                     got.append(pi.decode())
             epochs.append(sorted(got))
         assert epochs[0] == epochs[1] and len(set(epochs[0])) == len(epochs[0])
