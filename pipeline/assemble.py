@@ -35,6 +35,7 @@ from pipeline import decode as decode_lib
 from pipeline import formats
 from pipeline import guard
 from pipeline import index as index_lib
+from pipeline import masks as masks_lib
 from pipeline import plan as plan_lib
 from pipeline import read
 from pipeline import stack
@@ -65,6 +66,8 @@ class Records:
         lost_detail: in graph, names the shards that hold fewer readable
             records than written (a str scalar).
         buffer_size: encoded records held for shuffling.
+        has_masks: segmentation pairs: ``parse``'s label is the mask's bytes.
+        mask_formats: the mask formats stored.
     """
     files: List[str]
     counts: List[int]
@@ -79,6 +82,8 @@ class Records:
     read_py: Callable
     lost_detail: Callable
     buffer_size: int = 1024
+    has_masks: bool = False
+    mask_formats: Set[str] = dataclasses.field(default_factory=set)
 
     @property
     def num_examples(self) -> int:
@@ -184,10 +189,60 @@ class Stages:
     between (then after it, fresh each epoch).
     """
 
-    def __init__(self, opts, decoder: decode_lib.Decoder):
+    def __init__(self, opts, decoder: decode_lib.Decoder, mask_decoder=None):
         self.opts = opts
         self.decoder = decoder
+        self.mask_decoder = mask_decoder
         self.augment_here = opts.augment is not None and opts.cache is None
+
+    def pair(self, contents, mask_contents, seed, mask_name):
+        """Segmentation pairs: (image, mask uint8 [h, w, 1], reason).
+
+        Both are decoded whole (no crop-before-decode: the two windows could
+        not be checked to match), a pair whose sizes differ is bad (named),
+        then ``pair_geometry`` moves them together. A bad pair gives zeros
+        (an element the guard drops) and its reason.
+        """
+        opts = self.opts
+        image, reason = self.decoder.decode(contents)
+        mask, mask_reason = self.mask_decoder.decode(mask_contents)
+        si, sm = tf.shape(image), tf.shape(mask)
+        same = tf.equal(si[0], sm[0]) & tf.equal(si[1], sm[1])
+        s = tf.strings.as_string
+        reason = tf.where(
+            tf.strings.length(reason) > 0, reason, tf.where(
+                tf.strings.length(mask_reason) > 0,
+                tf.strings.join(["mask ", mask_name, ": ", mask_reason]),
+                tf.where(same, "", tf.strings.join([
+                    "a bad pair: the image is ", s(si[1]), "x", s(si[0]), " pixels but its mask ",
+                    mask_name, " is ", s(sm[1]), "x", s(sm[0])]))))
+
+        def good():
+            return self.pair_geometry(image, mask, seed)
+
+        def bad():
+            if opts.image_size is None:
+                return self.decoder.placeholder(), tf.zeros([1, 1, 1], tf.uint8)
+            h, w = opts.image_size
+            return (tf.zeros([h, w, opts.channels], tf.uint8), tf.zeros([h, w, 1], tf.uint8))
+
+        image, mask = tf.cond(tf.strings.length(reason) > 0, bad, good)
+        return image, mask, reason
+
+    def pair_geometry(self, image, mask, seed):
+        """Resize (mask: nearest, pads ``mask_pad_value``), then augment both
+        (``Augment.pair``: geometry together, colour on the image only)."""
+        opts, aug, size = self.opts, self.opts.augment, self.opts.image_size
+        augment = self.augment_here
+        pad = opts.mask_pad_value
+        if augment and aug.random_resized_crop is not None:
+            return aug.pair(image, mask, seed, output_size=size, pad_value=pad)
+        if size is not None:
+            image = transform.resize(image, size, opts.resize, opts.interpolation)
+            mask = transform.resize_mask(mask, size, opts.resize, pad)
+        if augment:
+            image, mask = aug.pair(image, mask, seed, pad_value=pad)
+        return image, mask
 
     def __call__(self, contents, seed):
         opts, aug, size = self.opts, self.opts.augment, self.opts.image_size
@@ -294,7 +349,17 @@ def make_stages(source, opts, full_graph: bool = False):
         others_in_graph=full_graph or not (
             formats.all_jpeg_named(paths) if isinstance(source, index_lib.Index)
             else stored and set(stored) <= {"jpeg"}))
-    return decoder, Stages(opts, decoder)
+    mask_decoder = None
+    mask_paths = getattr(source, "mask_paths", None)
+    if mask_paths is not None or getattr(source, "has_masks", False):
+        stored_masks = source.mask_formats if isinstance(source, Records) else set()
+        mhinted = set(stored_masks) | formats.hinted_formats([p for p in mask_paths or [] if p])
+        mtfio, munusable = _optional_decoders(mhinted, remote=any(
+            read.is_remote(p) for p in (mask_paths or [])[:1]))
+        mask_decoder = masks_lib.MaskDecoder(opts.mask_mode, opts.mask_colors, decode_lib.Decoder(
+            3, opts.max_pixels, opts.exif_orientation, tfio_formats=mtfio,
+            tfio_unusable=munusable, bmp_in_graph="bmp" in mhinted, fallback=not opts.service))
+    return decoder, Stages(opts, decoder, mask_decoder)
 
 
 def available_memory_bytes() -> int:
@@ -375,6 +440,9 @@ def cache_file(opts, source) -> str:
              opts.max_pixels, opts.fast_jpeg, (opts.num_pipelines, opts.pipeline_id)]
     if opts.jpeg_dct_scaling or opts.antialias:  # (old caches keep their fingerprint)
         parts.append(("jpeg_dct_scaling", opts.jpeg_dct_scaling, "antialias", opts.antialias))
+    if getattr(source, "mask_paths", None) is not None or getattr(source, "has_masks", False):
+        parts += ["pairs", opts.mask_mode, sorted((opts.mask_colors or {}).items()),
+                  opts.mask_pad_value, getattr(source, "mask_paths", None)]
     h.update(repr(parts).encode())
     if isinstance(source, Records):
         h.update(repr((source.files, source.counts)).encode())
@@ -441,6 +509,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     """
     records = source if isinstance(source, Records) else None
     idx = source if records is None else None
+    pairs = idx.mask_paths is not None if idx is not None else records.has_masks
     n = len(idx) if records is None else records.num_examples
     if n == 0:
         raise ValueError(
@@ -484,8 +553,10 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
 
     def why_failed_py(path):
         contents, err = read_py(path)
-        return guard.diagnose(contents, err, lambda c: decoder.decode(c),
-                              lambda img: stages.finish(img))
+        if not pairs:
+            return guard.diagnose(contents, err, lambda c: decoder.decode(c),
+                                  lambda img: stages.finish(img))
+        return _why_pair_failed(path, contents, err, idx, stages)
 
     src = guard.Source(None if records is not None else paths, why_failed_py)
     # The per-epoch randomness (the plan's order, the augment seeds) comes from one
@@ -501,6 +572,8 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     keyed = opts.cache is None and not opts.service and (
         opts.shuffle or stages.augment_here)
     epoch_expected = []
+    mask_table = (tf.constant(idx.mask_paths, tf.string) if pairs and idx is not None
+                  else None)
 
     # Remote files no TensorFlow file system serves here (s3:// on TensorFlow 2.17+) are
     # fetched from Python, many at once, before the in-graph map (read.fetch_stage).
@@ -526,6 +599,8 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             plan = serialized.map(graph_fn(records.parse), num_parallel_calls=opts.parallelism,
                                   deterministic=True)
             label0 = tf.zeros(records.label_shape, records.label_dtype)
+        if pairs and records is not None:
+            label0 = tf.constant(b"")  # the plan's label of a record pair is its mask's bytes
         sentinel = (src.empty_key, label0, tf.constant(guard.SENTINEL), tf.constant(b""),
                     tf.constant(0.0))
         augment_seeds = stages.augment_here
@@ -543,11 +618,31 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
                 # what resizing the 1x1 placeholder gives, in one op (an element the guard drops)
                 return tf.zeros(list(opts.image_size) + [opts.channels], tf.uint8), pre_error
 
-            image, reason = tf.cond(tf.strings.length(pre_error) > 0, placeholder, load)
+            if pairs:
+                def load_pair():
+                    if src.records:
+                        return stages.pair(contents, label, seed, tf.strings.join([
+                            "of ", key]))
+                    mask_name = tf.gather(mask_table, tf.maximum(key, 0))
+                    return stages.pair(tf.io.read_file(src.name(key)),
+                                       tf.io.read_file(mask_name), seed, mask_name)
+
+                def placeholder_pair():
+                    image, reason = placeholder()
+                    return image, tf.zeros(tf.concat([tf.shape(image)[:2], [1]], 0),
+                                           tf.uint8), reason
+
+                image, mask, reason = tf.cond(tf.strings.length(pre_error) > 0,
+                                              placeholder_pair, load_pair)
+                mask.set_shape(list(opts.image_size or (None, None)) + [1])
+            else:
+                image, reason = tf.cond(tf.strings.length(pre_error) > 0, placeholder, load)
             if opts.image_size is not None:
                 image.set_shape(list(opts.image_size) + [opts.channels])
             else:
                 image.set_shape([None, None, opts.channels])
+            if pairs:
+                return image, mask, weight, key, pos, window, reason
             # int labels stay int64 until ``structure``: a function returning an int32 it
             # computed is left to TensorFlow's slower runtime (stack.single_device_functions)
             y = encode_label(label, opts.label_mode, num_classes) if (
@@ -597,7 +692,8 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
                 y = encode_label(y, "int", num_classes)
             if scale_here:
                 image = scale(image, opts.dtype, opts.normalize)
-            out = (image,) + ((y,) if has_labels else ()) + ((weight,) if has_weights else ())
+            out = (image,) + ((y,) if has_labels or pairs else ()) + (
+                (weight,) if has_weights else ())
             if opts.include_paths:
                 out += (src.name(key),)
             return out[0] if len(out) == 1 else out
@@ -611,6 +707,10 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
                 aug = opts.augment
 
                 def augment(el, seed):
+                    if pairs:
+                        size = opts.image_size if aug.random_resized_crop is not None else None
+                        return aug.pair(el[0], el[1], seed, output_size=size,
+                                        pad_value=opts.mask_pad_value) + tuple(el[2:])
                     if not isinstance(el, tuple):
                         return _aug(aug, el, seed, opts)
                     return (_aug(aug, el[0], seed, opts),) + tuple(el[1:])
@@ -714,6 +814,25 @@ def _aug(aug, image, seed, opts):
     if aug.random_resized_crop is not None:
         return aug(image, seed, output_size=opts.image_size)
     return aug(image, seed)
+
+
+_GENERIC = "the element failed after decoding, and not again when retried (transient?)"
+
+
+def _why_pair_failed(path, contents, err, idx, stages) -> str:
+    """Why a pair failed, found from Python (rare path): the image's own fault, else
+    its mask's (named), else the generic answer."""
+    why = guard.diagnose(contents, err, lambda c: stages.decoder.decode(c), lambda img: img)
+    if why != _GENERIC or idx is None:
+        return why
+    try:
+        mask_path = idx.mask_paths[idx.paths.index(path)]
+    except ValueError:
+        return why
+    m_contents, m_err = read.try_read(mask_path)
+    m_why = guard.diagnose(m_contents, m_err, lambda c: stages.mask_decoder.decode(c),
+                           lambda m: m)
+    return why if m_why == _GENERIC else f"mask {mask_path}: {m_why}"
 
 
 def build_subsets(idx: index_lib.Index, opts: config_lib.ImageOptions):

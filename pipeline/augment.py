@@ -478,6 +478,54 @@ class Augment:
         out.set_shape(static_shape)
         return out
 
+    def pair(self, image, mask, seed, output_size: Optional[Sequence[int]] = None,
+             pad_value: int = 255):
+        """Augments an image and its segmentation mask together.
+
+        The image gets every op, as ``__call__``. The mask gets the geometric
+        ops only (random resized crop, flips, the projective transform:
+        rotation, shift, shear, zoom), with the same sub-seeds, so the same
+        window, flip and matrix, always nearest-neighbour (no class is made
+        up at a boundary); the photometric ops (brightness, contrast,
+        saturation, hue, channel shift) never touch it. Points outside the
+        mask are filled as the image's (``fill_mode``), except that
+        ``fill_mode="constant"`` fills the mask with ``pad_value``.
+
+        Args:
+            image: uint8 [height, width, channels].
+            mask: uint8 [height, width, 1], the same height and width.
+            seed: int32/int64 [2], the element's stateless seed.
+            output_size: as ``__call__``.
+            pad_value: int in [0, 255], the mask class of filled points.
+
+        Returns:
+            (image uint8 [h, w, channels], mask uint8 [h, w, 1]).
+        """
+        out = self(image, seed, output_size=output_size)
+        mask = tf.convert_to_tensor(mask)
+        seed = tf.convert_to_tensor(seed)
+        if self.random_resized_crop is not None:
+            shape = tf.shape(mask)
+            size = (shape[0], shape[1]) if output_size is None else tuple(output_size)
+            oy, ox, ch, cw = self.crop_window(shape, seed)
+            mask = tf.image.resize(mask[oy:oy + ch, ox:ox + cw], size, method="nearest")
+            if output_size is not None:
+                mask.set_shape([size[0], size[1], 1])
+        if self.horizontal_flip:
+            mask = tf.image.stateless_random_flip_left_right(mask, _sub_seed(seed, _HFLIP))
+        if self.vertical_flip:
+            mask = tf.image.stateless_random_flip_up_down(mask, _sub_seed(seed, _VFLIP))
+        if self.has_geometry:
+            static_shape = mask.shape
+            shape = tf.shape(mask)
+            mask = tf.cast(tf.raw_ops.ImageProjectiveTransformV3(
+                images=tf.cast(mask, tf.float32)[tf.newaxis],
+                transforms=self._transform_matrix(seed, shape[0], shape[1])[tf.newaxis],
+                output_shape=shape[:2], fill_value=tf.constant(pad_value, tf.float32),
+                interpolation="NEAREST", fill_mode=self.fill_mode.upper())[0], tf.uint8)
+            mask.set_shape(static_shape)
+        return out, mask
+
     # ------------------------------------------------------------ migration
     @classmethod
     def from_image_data_generator(cls, **kwargs) -> "Augment":

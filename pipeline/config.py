@@ -175,6 +175,15 @@ class ImageOptions:
         job_name: str or None: consumers with the same job name share one
             service job.
         drop_remainder: bool (default False): drop the last, short batch.
+        mask_mode: segmentation pairs only (``masks=``, ``masks_dir=``,
+            ``mask_column=``): "index" (default: a palette image's index, a
+            gray image's value, is the class) or "rgb" (colours mapped by
+            ``mask_colors``); see ``pipeline.masks``.
+        mask_colors: {(r, g, b): class} with ints in [0, 255], for
+            ``mask_mode="rgb"`` (required there, refused otherwise).
+        mask_pad_value: int in [0, 255] (default 255, the usual ignore
+            index): the class of mask pixels that padding or a geometric
+            augmentation with ``fill_mode="constant"`` makes up.
     """
 
     label_mode: Optional[str] = "int"
@@ -213,6 +222,9 @@ class ImageOptions:
     processing_mode: str = "off"
     job_name: Optional[str] = None
     drop_remainder: bool = False
+    mask_mode: str = "index"
+    mask_colors: Any = None
+    mask_pad_value: int = 255
 
     @property
     def parallelism(self) -> int:
@@ -319,6 +331,65 @@ def _same(a, b) -> bool:
         return bool(a == b)
     except Exception:  # noqa: BLE001 - e.g. arrays: not the same
         return False
+
+
+MASK_MODES = ("index", "rgb")
+MASK_FIELDS = ("mask_mode", "mask_colors", "mask_pad_value")
+
+
+def _is_byte(v) -> bool:
+    return (isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+            and 0 <= v <= 255)
+
+
+def _check_mask_options(o) -> None:
+    """mask_mode, mask_colors, mask_pad_value (segmentation pairs); fixes o in place."""
+    r = checks.received
+    checks.check_choice("mask_mode", o["mask_mode"], MASK_MODES)
+    pad = o["mask_pad_value"]
+    if not _is_byte(pad):
+        raise ValueError("`mask_pad_value` must be an int in [0, 255] (a uint8 class; 255 is "
+                         f"the usual ignore index). {r('mask_pad_value', pad)}")
+    o["mask_pad_value"] = int(pad)
+    colors = o["mask_colors"]
+    if o["mask_mode"] == "index":
+        if colors is not None:
+            raise ValueError("`mask_colors` maps colours with mask_mode='rgb'; mask_mode is "
+                             f"'index'. {r('mask_colors', colors)}")
+        return
+    if not isinstance(colors, dict) or not colors:
+        raise ValueError("mask_mode='rgb' needs `mask_colors`, a non-empty dict "
+                         f"{{(r, g, b): class}}. {r('mask_colors', colors)}")
+    fixed = {}
+    for key, cls in colors.items():
+        if not (isinstance(key, (tuple, list)) and len(key) == 3 and all(map(_is_byte, key))):
+            raise ValueError("`mask_colors` keys must be (r, g, b) tuples of ints in [0, 255]. "
+                             f"{r('mask_colors', colors)} (the key {key!r})")
+        if not _is_byte(cls):
+            raise ValueError("`mask_colors` values must be int classes in [0, 255]. "
+                             f"{r('mask_colors', colors)} (the value {cls!r} of {key!r})")
+        if tuple(int(v) for v in key) in fixed:
+            raise ValueError(f"`mask_colors` names the colour {tuple(key)} twice. "
+                             f"{r('mask_colors', colors)}")
+        fixed[tuple(int(v) for v in key)] = int(cls)
+    o["mask_colors"] = fixed
+
+
+def check_pair_options(factory: str, opts: "ImageOptions", has_masks: bool) -> None:
+    """Mask options are for segmentation pairs only.
+
+    Raises:
+        ValueError: a mask option set to a value other than its default
+            without masks (``masks=``, ``masks_dir=``, ``mask_column=``).
+    """
+    if has_masks:
+        return
+    for name in MASK_FIELDS:
+        value = getattr(opts, name)
+        if value != DEFAULTS[name]:
+            raise ValueError(
+                f"`{name}` applies to segmentation pairs: pass masks to {factory or 'the factory'} "
+                f"(masks=, masks_dir= or mask_column=). {checks.received(name, value)}")
 
 
 def make_options(factory: str = "", **kw) -> ImageOptions:
@@ -486,6 +557,7 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
     if aug is not None and aug.random_resized_crop is not None and o["image_size"] is None:
         raise ValueError("`augment` with random_resized_crop needs an `image_size` (the "
                          f"crop's output size). {r('image_size', None)}")
+    _check_mask_options(o)
     det = o["deterministic"]
     if det is not None and not isinstance(det, (bool, np.bool_)):
         raise ValueError(f"`deterministic` must be None or a bool. {r('deterministic', det)}")

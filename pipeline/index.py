@@ -53,6 +53,9 @@ class Index:
         links: {path: reason} for symbolic links left out: a link to a
             folder not followed (``follow_links=False``), a dangling link or a
             link loop without an image extension.
+        mask_paths: None, or (segmentation pairs, ``pipeline.pairs``) the
+            mask file of each row, "" where a row has none (a bad row, its
+            reason in ``errors``).
     """
     paths: List[str]
     labels: Optional[np.ndarray]
@@ -64,6 +67,7 @@ class Index:
     in_no_class: List[str] = dataclasses.field(default_factory=list)
     unlisted: Dict[str, str] = dataclasses.field(default_factory=dict)
     links: Dict[str, str] = dataclasses.field(default_factory=dict)
+    mask_paths: Optional[List[str]] = None
 
     def __post_init__(self):
         if self.labels is not None and not isinstance(self.labels, np.ndarray):
@@ -101,7 +105,9 @@ class Index:
             None if self.labels is None else self.labels[rows],
             self.class_names,
             None if self.weights is None else self.weights[rows],
-            {where[r]: e for r, e in self.errors.items() if r in where})
+            {where[r]: e for r, e in self.errors.items() if r in where},
+            mask_paths=None if self.mask_paths is None else [
+                self.mask_paths[int(i)] for i in rows])
 
     @property
     def bad(self) -> List[tuple]:

@@ -229,6 +229,10 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     path, whatever folder this ran in; a URI as given), ``format`` (sniffed from
     the bytes), ``has_exif`` (int64 0/1), ``error`` (reason the file is bad,
     empty when fine) and ``weight`` (float, only with sample weights).
+    Segmentation pairs (``source`` a dataset made with ``masks=``,
+    ``masks_dir=`` or ``mask_column=``) also store ``mask`` (the mask file's
+    encoded bytes) and ``mask_path``; ``from_tfrecords`` then gives
+    ``(image, mask)`` with the pixels the files give.
 
     With ``shuffle=True`` (default) the rows are written in a seeded random
     order (``numpy.random.RandomState(seed).permutation``), as tfds does:
@@ -354,6 +358,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     from tqdm.auto import tqdm
     bar = tqdm(total=n, unit="img", desc="write_tfrecords", disable=not progress)
 
+    mask_fmts = collections.Counter()
+
     def write_shard(k):
         fmt_counts, exif, changed = collections.Counter(), False, 0
         rows = order[k::num_shards].tolist()
@@ -396,6 +402,10 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                     feats["label"] = _feature_floats(idx.labels[i].tolist())
                 if idx.weights is not None:
                     feats["weight"] = _feature_floats([float(idx.weights[i])])
+                if idx.mask_paths is not None:
+                    feats.update(_mask_features(idx.mask_paths[i], error, mask_fmts))
+                    error = feats.pop("_error")
+                    feats["error"] = _feature_bytes(error.encode())
                 writer.write(tf.train.Example(
                     features=tf.train.Features(feature=feats)).SerializeToString())
                 bar.update(1)
@@ -427,11 +437,28 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     if max_resolution is not None:
         meta.update(max_resolution=max_resolution, jpeg_quality=jpeg_quality,
                     reencoded=sum(c for _, _, _, c in results))
+    if idx.mask_paths is not None:
+        meta["has_masks"] = True
+        meta["mask_formats"] = dict(mask_fmts)
     if on_error is not None:
         meta["skipped"] = [{"path": r.path, "reason": r.reason} for r in skipped]
     with tf.io.gfile.GFile(read.join(output_dir, SIDECAR), "w") as f:
         f.write(json.dumps(meta, indent=1))
     return meta
+
+
+def _mask_features(mask_path: str, error: str, counts) -> dict:
+    """A pair's mask as record features (and the record's error, "_error")."""
+    contents, mask_error = read.try_read(mask_path) if mask_path else (b"", "")
+    fmt = formats.sniff_bytes(contents[:4096])
+    counts[fmt or "unknown"] += 1
+    if not error and mask_path and (mask_error or not contents or fmt is None):
+        why = mask_error or ("empty file (0 bytes)" if not contents
+                             else formats.describe_start(contents[:4096]))
+        error = f"mask {mask_path}: {why}"
+    return {"mask": _feature_bytes(contents),
+            "mask_path": _feature_bytes(stored_path(mask_path).encode() if mask_path else b""),
+            "_error": error}
 
 
 def stored_path(path: str) -> str:
@@ -572,10 +599,15 @@ def open_records(files, opts, shuffle_buffer_size: int = 1024) -> assemble.Recor
         label_dtype, label_shape = tf.float32, [meta["label_size"]]
     if has_weights:
         spec["weight"] = tf.io.FixedLenFeature([], tf.float32)
+    has_masks = bool(meta.get("has_masks"))
+    if has_masks:  # segmentation pairs: the plan's label is the mask's encoded bytes
+        spec["mask"] = tf.io.FixedLenFeature([], tf.string)
 
     def parse(record):
         f = tf.io.parse_single_example(record, spec)
         label = f["label"] if "label" in f else tf.constant(0, tf.int64)
+        if has_masks:
+            label = f["mask"]
         weight = f["weight"] if has_weights else tf.constant(1.0)
         return f["path"], label, f["error"], f["image"], weight
 
@@ -595,7 +627,8 @@ def open_records(files, opts, shuffle_buffer_size: int = 1024) -> assemble.Recor
         class_names=meta["class_names"], has_labels=kind is not None,
         has_weights=has_weights, formats=stored, read_py=read_py,
         lost_detail=lambda: short_shards(files, meta["file_counts"]),
-        buffer_size=shuffle_buffer_size)
+        buffer_size=shuffle_buffer_size, has_masks=has_masks,
+        mask_formats={k for k in meta.get("mask_formats", {}) if k and k != "unknown"})
 
 
 def stored_label_mode(files) -> Optional[str]:

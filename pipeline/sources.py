@@ -38,12 +38,13 @@ from pipeline import checks
 from pipeline import config as config_lib
 from pipeline import index as index_lib
 from pipeline import manifest as manifest_lib
+from pipeline import pairs as pairs_lib
 from pipeline import shards
 
 
 @checks.known_keywords(config_lib.FIELDS, config_lib.KERAS_EQUIVALENTS)
 def from_directory(directory, labels="inferred", class_names=None, follow_links=False,
-                   **options):
+                   masks_dir=None, mask_suffix: str = "", image_suffix: str = "", **options):
     """Images in class folders -> a streaming, batched ``tf.data.Dataset``.
 
     Drop-in for ``keras.utils.image_dataset_from_directory``: labels are the
@@ -66,10 +67,21 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
         follow_links: bool, follow symbolically linked folders. Without it,
             each link to a folder is left out and named in one warning (and
             in ``scan``'s report); links to files are read (as Keras).
+        masks_dir: None, or a folder of segmentation masks: ``directory`` is
+            then a folder of images (sub-folders are part of a file's name,
+            not classes) and elements are ``(image, mask)``, each image
+            paired with the mask of the same relative folder and stem
+            (``pipeline.pairs.index_directory_pairs``); ``labels`` must be
+            left "inferred" or None (no labels). See docs/segmentation.md.
+        mask_suffix: str, with ``masks_dir``: a mask's stem is its image's
+            stem plus this (e.g. "_mask").
+        image_suffix: str, with ``masks_dir``: removed from an image's stem
+            before matching (e.g. Cityscapes' "_leftImg8bit").
         **options: the image options, see ``pipeline.config.ImageOptions``
             (``image_size``, ``batch_size``, ``shuffle``, ``seed``,
             ``validation_split``, ``subset``, ``label_mode``, ``augment``,
-            ``cache``, ``on_error``, ``include_paths``, ...).
+            ``cache``, ``on_error``, ``include_paths``, and for pairs
+            ``mask_mode``, ``mask_colors``, ``mask_pad_value``, ...).
 
     Returns:
         A ``tf.data.Dataset`` of the elements in the table of
@@ -88,7 +100,25 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
             a folder under it cannot be listed (named; with "skip" it is
             recorded in ``pipeline.errors(ds)``).
     """
+    if masks_dir is not None:
+        if not (labels is None or isinstance(labels, str) and labels == "inferred") \
+                or class_names is not None:
+            raise ValueError("With `masks_dir` (segmentation pairs), elements are (image, mask): "
+                             "`labels` must be 'inferred' (the default) or None, and "
+                             "`class_names` None. " + checks.received(
+                                 "labels" if class_names is None else "class_names",
+                                 labels if class_names is None else class_names))
+        opts = config_lib.make_options("from_directory", **{**options, "label_mode": None})
+        idx = pairs_lib.index_directory_pairs(
+            directory, masks_dir, mask_suffix, image_suffix,
+            checks.check_bool("follow_links", follow_links), opts.on_error)
+        return _build_pairs(idx, opts)
+    if mask_suffix or image_suffix:
+        raise ValueError("`mask_suffix` and `image_suffix` match images to masks: pass "
+                         f"`masks_dir` too. {checks.received('mask_suffix', mask_suffix)}, "
+                         f"image_suffix={image_suffix!r}, masks_dir=None")
     opts = config_lib.make_options("from_directory", **options)
+    config_lib.check_pair_options("from_directory", opts, False)
     if isinstance(labels, str) and labels != "inferred" or not (
             labels is None or isinstance(labels, str) or hasattr(labels, "__len__")):
         raise ValueError("`labels` must be 'inferred', None or a sequence of labels. "
@@ -102,7 +132,7 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
 
 
 @checks.known_keywords(config_lib.FIELDS, config_lib.KERAS_EQUIVALENTS)
-def from_paths(paths, labels=None, class_names=None, **options):
+def from_paths(paths, labels=None, class_names=None, masks=None, **options):
     """A list (or 1-D string tensor) of file paths or URIs -> ``tf.data.Dataset``.
 
     Args:
@@ -110,6 +140,9 @@ def from_paths(paths, labels=None, class_names=None, **options):
         labels: None, a sequence of int class indices, or of str class names
             (indexed by ``class_names``, default: the sorted unique names).
         class_names: sequence of str or None.
+        masks: None, or a sequence of mask paths, one per path (segmentation
+            pairs): elements are then ``(image, mask)`` and ``labels`` must be
+            None. See ``from_directory``'s ``masks_dir``.
         **options: the image options, see ``pipeline.config.ImageOptions``.
 
     Returns:
@@ -121,7 +154,16 @@ def from_paths(paths, labels=None, class_names=None, **options):
         ValueError: a bad argument, empty ``paths``, or labels that do not
             match the paths (the position is named).
     """
+    if masks is not None:
+        if labels is not None or class_names is not None:
+            raise ValueError("With `masks` (segmentation pairs), elements are (image, mask): "
+                             "`labels` and `class_names` must be None. " + checks.received(
+                                 "labels" if labels is not None else "class_names",
+                                 labels if labels is not None else class_names))
+        opts = config_lib.make_options("from_paths", **{**options, "label_mode": None})
+        return _build_pairs(pairs_lib.index_path_pairs(paths, masks), opts)
     opts = config_lib.make_options("from_paths", **options)
+    config_lib.check_pair_options("from_paths", opts, False)
     idx = index_lib.index_paths(paths, labels, class_names)
     if labels is None:
         opts = dataclasses.replace(opts, label_mode=None)
@@ -131,7 +173,8 @@ def from_paths(paths, labels=None, class_names=None, **options):
 @checks.known_keywords(config_lib.FIELDS, config_lib.KERAS_EQUIVALENTS)
 def from_manifest(manifest, path_column: str = "path", label_columns=None, root=None,
                   weight_column=None, allow_outside_root: bool = False,
-                  label_mode=manifest_lib.AUTO, class_names=None, **options):
+                  label_mode=manifest_lib.AUTO, class_names=None, mask_column=None,
+                  **options):
     """A CSV or JSON Lines manifest of image paths -> a streaming ``tf.data.Dataset``.
 
     The manifest is a CSV/TSV file with a header row, or JSON Lines (``.jsonl``,
@@ -167,6 +210,9 @@ def from_manifest(manifest, path_column: str = "path", label_columns=None, root=
               class (``"cat|dog"`` in CSV, ``["cat", "dog"]`` in JSON).
             * "float": float32 regression target, scalar (or ``[len(label_columns)]``).
         class_names: sequence of str or None; fixes the class order.
+        mask_column: None, or the column of mask paths (segmentation pairs,
+            resolved as image paths are): elements are then
+            ``(image, mask)``; labels and weights are not read.
         **options: the image options, see ``pipeline.config.ImageOptions``.
 
     Every row is delivered as listed: a file listed on several lines is read
@@ -188,10 +234,26 @@ def from_manifest(manifest, path_column: str = "path", label_columns=None, root=
             empty path, an unparseable label or a path escaping ``root``, with
             the manifest's file name and line number.
     """
+    if mask_column is not None:
+        if label_columns is not None or weight_column is not None or class_names is not None:
+            raise ValueError(
+                "With `mask_column` (segmentation pairs), elements are (image, mask): "
+                "`label_columns`, `weight_column` and `class_names` must be None. Received: "
+                f"label_columns={label_columns!r}, weight_column={weight_column!r}, "
+                f"class_names={class_names!r}")
+        opts = config_lib.make_options("from_manifest", **{**options, "label_mode": None})
+        idx, _ = manifest_lib.index_manifest(
+            manifest, path_column, None, root, None, allow_outside_root, None, None,
+            missing_ok=opts.on_error == "skip")
+        idx.labels, idx.class_names = None, None
+        idx = pairs_lib.add_manifest_masks(idx, manifest, mask_column, root, allow_outside_root,
+                                           missing_ok=opts.on_error == "skip")
+        return _build_pairs(idx, opts)
     mode = None if label_mode is None else "int"
     if label_mode not in (manifest_lib.AUTO, None):
         mode = label_mode
     opts = config_lib.make_options("from_manifest", **{**options, "label_mode": mode})
+    config_lib.check_pair_options("from_manifest", opts, False)
     idx, resolved = manifest_lib.index_manifest(
         manifest, path_column, label_columns, root, weight_column, allow_outside_root,
         label_mode, class_names, missing_ok=opts.on_error == "skip")
@@ -228,7 +290,7 @@ def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
 
     Returns:
         As ``from_directory`` (``(images, labels, sample_weights)`` when
-        weights were stored). ``class_names`` from the sidecar; ``file_paths``
+        weights were stored; ``(images, masks)`` for segmentation pairs). ``class_names`` from the sidecar; ``file_paths``
         is None (paths are stored in the records; ``include_paths=True``
         puts them in the elements).
 
@@ -244,4 +306,11 @@ def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
         options["label_mode"] = shards.stored_label_mode(files)
     opts = config_lib.make_options("from_tfrecords", **options)
     records = shards.open_records(files, opts, shuffle_buffer_size)
+    config_lib.check_pair_options("from_tfrecords", opts, records.has_masks)
     return assemble.build(records, opts, num_classes=records.num_classes)
+
+
+def _build_pairs(idx, opts):
+    """Segmentation pairs (an Index with ``mask_paths``) -> the dataset(s)."""
+    pairs_lib.jpeg_masks_warning(idx.mask_paths)
+    return assemble.build_subsets(idx, opts)

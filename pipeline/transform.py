@@ -188,3 +188,38 @@ def resize_box(image, box, size, interpolation="bilinear", antialias: bool = Fal
     out = tf.cond(whole, plain, part)
     out.set_shape([th, tw, image.shape[-1]])
     return out
+
+
+def resize_mask(mask, size, mode="stretch", pad_value: int = 255):
+    """Resizes a uint8 class mask as ``resize`` resizes its image: same geometry, no new classes.
+
+    The crop window of "crop" / "center_crop" is computed from the mask's
+    shape, which is its image's (pairs of other sizes are refused before), so
+    image and mask are cut alike; resampling is nearest-neighbour
+    (``tf.image.resize``'s half-pixel centres, as the image's), so every
+    output pixel is an input class; the letterbox of "pad" is ``pad_value``.
+
+    Args:
+        mask: uint8 [h, w, 1] classes.
+        size: (height, width) ints.
+        mode: "stretch", "crop", "pad" or "center_crop" (see ``resize``).
+        pad_value: int in [0, 255], the class of padded pixels.
+
+    Returns:
+        uint8 [height, width, 1].
+    """
+    th, tw = size
+    if mode in WINDOW_MODES:
+        s = tf.shape(mask)
+        oy, ox, ch, cw = WINDOW_MODES[mode](s[0], s[1], th, tw)
+        mask = mask[oy:oy + ch, ox:ox + cw]
+    if mode == "pad":
+        # classes + 1 so that the zeros of the padding are told apart from class 0
+        shifted = resize_with_pad(tf.cast(mask, tf.int32) + 1, th, tw, "nearest")
+        shifted = tf.cast(shifted, tf.int32)
+        out = tf.cast(tf.where(shifted == 0, pad_value, shifted - 1), tf.uint8)
+    else:
+        out = tf.image.resize(mask, (th, tw), method="nearest")
+    out = tf.cast(out, tf.uint8)
+    out.set_shape([th, tw, 1])
+    return out

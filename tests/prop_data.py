@@ -278,3 +278,62 @@ def write_repeated_manifest(corpus: Corpus, repeats: Dict[int, int], path: str,
              CLASSES[corpus.files[i].label]) for i in ids]
     _write_manifest(path, os.path.dirname(path), rows)  # relative to the manifest's folder
     return ids
+
+
+# --- segmentation pairs ---------------------------------------------------------------------
+# Images whose colour encodes the class of each pixel (``seg_data``), with palette masks in
+# PNG, GIF and BMP, under images/ and masks/ (same relative names, masks with "_m").
+
+PAIR_COUNT = 8
+PAIR_MASK_FORMATS = ("PNG", "GIF", "BMP")
+
+
+@dataclass
+class PairCorpus:
+    root: str
+    images: List[str]               # index order (sorted paths)
+    masks: List[str]
+    classes: Dict[str, np.ndarray]  # image path -> uint8 [h, w] classes
+    manifest: str = ""
+    shards: Dict[int, str] = field(default_factory=dict)
+
+
+def make_pair_corpus(root: str) -> PairCorpus:
+    from tests import seg_data  # pylint: disable=import-outside-toplevel
+    sizes = [(20, 28), (33, 17), (24, 24), (18, 40), (40, 18), (26, 22), (30, 30), (16, 21)]
+    images, masks, classes = [], [], {}
+    for i in range(PAIR_COUNT):
+        h, w = sizes[i % len(sizes)]
+        # one cut per axis, 40% in at least: every block stays >= 3 output pixels
+        cls = seg_data.class_map(h, w, seed=100 + i, splits=1, margin=0.4)
+        fmt = PAIR_MASK_FORMATS[i % len(PAIR_MASK_FORMATS)]
+        sub = "ab"[i % 2]
+        img = os.path.join(root, "images", sub, f"p{i:02d}.png")
+        mask = os.path.join(root, "masks", sub, f"p{i:02d}_m.{fmt.lower()}")
+        seg_data.write_pair(img, mask, cls, "PNG", fmt,
+                            **({"optimize": False} if fmt == "GIF" else {}))
+        images.append(img)
+        masks.append(mask)
+        classes[img] = cls
+    order = sorted(range(PAIR_COUNT), key=lambda k: images[k])
+    corpus = PairCorpus(root, [images[k] for k in order], [masks[k] for k in order], classes)
+    corpus.manifest = os.path.join(root, "pairs.csv")
+    with open(corpus.manifest, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "mask"])
+        for img, mask in zip(corpus.images, corpus.masks):
+            w.writerow([os.path.relpath(img, root), os.path.relpath(mask, root)])
+    return corpus
+
+
+def pair_shards(corpus: PairCorpus, num_shards: int) -> str:
+    """TFRecord shards of the pairs (written once per shard count)."""
+    import pipeline  # pylint: disable=import-outside-toplevel
+    if num_shards not in corpus.shards:
+        out = os.path.join(corpus.root, f"shards{num_shards}")
+        shutil.rmtree(out, ignore_errors=True)
+        ds = pipeline.from_paths(corpus.images, masks=corpus.masks, image_size=None,
+                                 batch_size=None)
+        pipeline.write_tfrecords(ds, out, num_shards=num_shards, progress=False)
+        corpus.shards[num_shards] = out
+    return corpus.shards[num_shards]

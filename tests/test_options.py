@@ -131,7 +131,8 @@ def test_an_unknown_keyword_names_the_factory_and_the_closest_name(tree, tmp_pat
     # the signatures the reference shows are the functions' own
     import inspect
     assert str(inspect.signature(pipeline.from_directory)) == (
-        "(directory, labels='inferred', class_names=None, follow_links=False, **options)")
+        "(directory, labels='inferred', class_names=None, follow_links=False, masks_dir=None, "
+        "mask_suffix: 'str' = '', image_suffix: 'str' = '', **options)")
 
 
 def test_missing_directory_is_named(tmp_path):

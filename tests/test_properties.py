@@ -914,3 +914,106 @@ def test_resume_at_random_step_matches_unbroken_run(corpus, tmp_path_factory, ca
     note(f"stop={stop} per_epoch={per_epoch}")
     assert before == unbroken[:stop]
     assert after == unbroken[stop:]
+
+
+# --- segmentation pairs over the option space --------------------------------------------------
+
+@pytest.fixture(scope="session")
+def pair_corpus(tmp_path_factory):
+    return pdata.make_pair_corpus(str(tmp_path_factory.mktemp("pairs")))
+
+
+_PAIR_AUGMENTS = {
+    "none": None,
+    "flip": dict(horizontal_flip=True, vertical_flip=True),
+    "geometry": dict(rotation=25, zoom=0.2, width_shift=0.1, shear=8, fill_mode="constant"),
+    "crop": dict(random_resized_crop=True, horizontal_flip=True),
+    "colour": dict(horizontal_flip=True, brightness=0.1, contrast=0.1),
+}
+
+
+@st.composite
+def pair_configs(draw):
+    return dict(
+        source=draw(st.sampled_from(["paths", "directory", "manifest", "tfrecords"])),
+        shuffle=draw(st.booleans()),
+        seed=draw(st.sampled_from([None, 0, 7])),
+        cache=draw(st.sampled_from([None, "memory"])),
+        augment=draw(st.sampled_from(sorted(_PAIR_AUGMENTS))),
+        resize=draw(st.sampled_from(["stretch", "crop", "pad", "center_crop"])),
+        image_size=draw(st.sampled_from([(12, 12), (16, 24), (9, 31)])),
+        batch_size=draw(st.sampled_from([None, 1, 3])),
+        pipelines=draw(st.integers(1, 2)),
+        skip_orphan=draw(st.booleans()),
+        mask_pad_value=draw(st.sampled_from([255, 200])),
+    )
+
+
+@given(cfg=pair_configs())
+@settings(settings.get_profile(PROFILE))
+def test_pair_option_space(pair_corpus, cfg, tmp_path_factory):
+    """Pairs: exactly once across pipelines for two epochs, each image with its own mask
+    (the class read from the image's colour equals the mask off boundaries), masks uint8
+    [h, w, 1] holding classes or the pad value only; an orphan (an image whose mask is
+    missing) recorded under "skip"."""
+    from tests import seg_data  # pylint: disable=import-outside-toplevel
+    note(repr(cfg))
+    c = pair_corpus
+    images, masks = list(c.images), list(c.masks)
+    orphan = None
+    if cfg["skip_orphan"] and cfg["source"] in ("paths", "manifest"):
+        orphan = images[0]
+        masks[0] = os.path.join(c.root, "no-such-mask.png")
+    aug = _PAIR_AUGMENTS[cfg["augment"]]
+    kw = dict(shuffle=cfg["shuffle"], seed=cfg["seed"], cache=cfg["cache"],
+              augment=None if aug is None else pipeline.Augment(**aug), resize=cfg["resize"],
+              image_size=cfg["image_size"], batch_size=cfg["batch_size"], include_paths=True,
+              mask_pad_value=cfg["mask_pad_value"],
+              on_error="skip" if orphan else "raise")
+    if orphan and cfg["source"] == "manifest":
+        manifest = os.path.join(str(tmp_path_factory.mktemp("m")), "pairs.csv")
+        with open(c.manifest) as f:
+            lines = f.read().splitlines()
+        lines[1] = lines[1].split(",")[0] + ",missing.png"
+        with open(manifest, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        kw["root"] = c.root
+    else:
+        manifest = c.manifest
+    seen = []
+    for pid in range(cfg["pipelines"]):
+        if cfg["pipelines"] > 1:
+            kw["input_context"] = tf.distribute.InputContext(cfg["pipelines"], pid)
+        if cfg["source"] == "paths":
+            ds = pipeline.from_paths(images, masks=masks, **kw)
+        elif cfg["source"] == "directory":
+            ds = pipeline.from_directory(os.path.join(c.root, "images"),
+                                         masks_dir=os.path.join(c.root, "masks"),
+                                         mask_suffix="_m", **kw)
+        elif cfg["source"] == "manifest":
+            ds = pipeline.from_manifest(manifest, mask_column="mask", **kw)
+        else:
+            ds = pipeline.from_tfrecords(pdata.pair_shards(c, 2), **kw)
+        epochs = []
+        for _ in range(2):
+            got = []
+            for x, y, p in ds.as_numpy_iterator():
+                if cfg["batch_size"] is None:
+                    x, y, p = x[None], y[None], [p]
+                assert y.dtype == np.uint8 and y.shape[1:] == tuple(cfg["image_size"]) + (1,)
+                assert set(np.unique(y)) <= set(range(len(seg_data.PALETTE))) | {
+                    cfg["mask_pad_value"]}
+                for xi, yi, pi in zip(x, y, p):
+                    mask = np.where(yi == cfg["mask_pad_value"], 255, yi)
+                    if cfg["augment"] != "colour":  # (colour jitter moves the class colours;
+                        # that it leaves masks alone is tests/test_segmentation.py's)
+                        assert seg_data.mismatches(xi, mask) == 0, pi
+                    got.append(pi.decode())
+            epochs.append(sorted(got))
+        assert epochs[0] == epochs[1] and len(set(epochs[0])) == len(epochs[0])
+        seen += epochs[0]
+        if orphan:
+            recorded = [e.path for e in pipeline.errors(ds)]
+            assert recorded in ([orphan], []) and (recorded or orphan not in seen)
+    want = [p for p in c.images if p != orphan]
+    assert sorted(seen) == sorted(want)
