@@ -67,7 +67,7 @@ def _which(absent, path_column, label_columns, weight_column) -> str:
     return "Received: " + ", ".join(f"{k}={v!r}" for k, v in named)
 
 
-def _rows(path: str):
+def read_rows(path: str):
     """Yields (line_number, dict row, header) from a CSV/TSV (header row) or JSON Lines file.
 
     Line numbers count the file's physical lines from 1: a CSV's header is
@@ -115,7 +115,22 @@ def _rows(path: str):
                 yield start, row, header
 
 
-def _resolve(raw: str, root: str, allow_outside_root: bool, where: str) -> str:
+def resolve_path(raw: str, root: str, allow_outside_root: bool, where: str) -> str:
+    """A manifest cell's path resolved against ``root`` (a folder or URI prefix).
+
+    Args:
+        raw: the cell as written (relative path, absolute path or URI).
+        root: the folder relative paths are read from.
+        allow_outside_root: accept paths that resolve outside ``root``.
+        where: "FILE, line N" for messages.
+
+    Returns:
+        The path as read (str).
+
+    Raises:
+        ManifestError: a path outside ``root`` without ``allow_outside_root``,
+            naming ``where``, the path and the root.
+    """
     if read.is_remote(raw):
         if not allow_outside_root and not (root and raw.startswith(root.rstrip("/") + "/")):
             raise ManifestError(
@@ -253,7 +268,7 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
     raw_labels: list = []
     weights: Optional[List[float]] = [] if weight_column else None
     checked_header = False
-    for line_no, row, header in _rows(manifest):
+    for line_no, row, header in read_rows(manifest):
         where = f"{manifest}, line {line_no}"
         if auto_label:
             label_columns = ["label"] if "label" in (row if header is None else header) else []
@@ -291,7 +306,7 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
         raw = raw.strip()
         if not raw:
             raise ManifestError(f"{where}: empty path in column {path_column!r}")
-        paths.append(_resolve(raw, root, allow_outside_root, where))
+        paths.append(resolve_path(raw, root, allow_outside_root, where))
         lines.append(line_no)
         if label_columns:
             cells = [row[c] for c in label_columns]

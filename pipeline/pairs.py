@@ -204,7 +204,7 @@ def add_manifest_masks(idx: index_lib.Index, manifest, mask_column: str, root,
             root = os.path.abspath(root)
     masks: List[str] = []
     errors = dict(idx.errors)
-    for line_no, row, header in manifest_lib._rows(manifest):  # pylint: disable=protected-access
+    for line_no, row, header in manifest_lib.read_rows(manifest):
         where = f"{manifest}, line {line_no}"
         if header is not None and mask_column not in header:
             raise manifest_lib.ManifestError(
@@ -214,7 +214,7 @@ def add_manifest_masks(idx: index_lib.Index, manifest, mask_column: str, root,
         if not isinstance(raw, str) or not raw.strip():
             raise manifest_lib.ManifestError(f"{where}: no mask path in column {mask_column!r}. "
                                              f"Received: mask_column={mask_column!r}")
-        path = manifest_lib._resolve(  # pylint: disable=protected-access
+        path = manifest_lib.resolve_path(
             raw.strip(), root, allow_outside_root, where)
         if not read.is_remote(path) and not os.path.exists(path):
             if not missing_ok:
