@@ -737,7 +737,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         return ds
 
     if keyed:
-        ds = plan_lib.epoch_keys(opts.seed).flat_map(graph_fn(epoch))
+        ds = plan_lib.epoch_keys(opts.seed).flat_map(graph_fn(plan_lib.keyed(epoch)))
     else:
         ds = epoch(None)
     expected, batch_size = epoch_expected[0], opts.replica_batch_size

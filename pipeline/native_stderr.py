@@ -64,17 +64,30 @@ CPP_LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
 _cpp_log_state: Optional[Tuple[Optional[str], bool]] = None
 
 
+JAX_DEFAULT_LEVEL = "1"  # what ``import jax`` sets when the variable is unset
+
+
 def set_cpp_log_level(level: int = 2) -> None:
     """Sets ``TF_CPP_MIN_LOG_LEVEL`` to ``level`` unless the user set it; called by
     ``import pipeline``, before it imports TensorFlow (it never does itself).
+
+    A "1" found while ``jax`` is imported is taken as jax's import-time default,
+    not the user's choice (jax sets it with ``os.environ.setdefault``).
 
     Records, once, the user's value and whether TensorFlow was imported first
     (``cpp_log_state``): TensorFlow reads the variable when it loads.
     """
     global _cpp_log_state
+    user = os.environ.get(CPP_LOG_ENV)
+    if user == JAX_DEFAULT_LEVEL and "jax" in sys.modules:
+        # ``import jax`` (which ``import tensorflow`` does where jax is installed,
+        # through opt_einsum) runs os.environ.setdefault(CPP_LOG_ENV, "1"): not
+        # the user's choice.
+        user = None
     if _cpp_log_state is None:
-        _cpp_log_state = (os.environ.get(CPP_LOG_ENV), "tensorflow" in sys.modules)
-    os.environ.setdefault(CPP_LOG_ENV, str(level))
+        _cpp_log_state = (user, "tensorflow" in sys.modules)
+    if user is None:
+        os.environ[CPP_LOG_ENV] = str(level)
 
 
 def cpp_log_state() -> Optional[Tuple[Optional[str], bool]]:

@@ -48,6 +48,28 @@ def epoch_keys(seed: Optional[int]) -> tf.data.Dataset:
         2, drop_remainder=True).take(1)
 
 
+def keyed(build: Callable[[tf.Tensor], tf.data.Dataset]) -> Callable[[tf.Tensor], tf.data.Dataset]:
+    """``build(key)`` for ``epoch_keys().flat_map``, with the op seeds it draws
+    from the key used as they are.
+
+    ``shuffle`` and ``Dataset.random`` pair an op seed with the graph-level
+    seed (``tf.random.set_seed``); with a global seed of 0 (what
+    ``keras.utils.set_random_seed(0)`` sets) that pairing compares a tensor op
+    seed to 0 in Python and raises ``OperatorNotAllowedInGraphError``. The
+    epoch's function graph is given no graph-level seed while it is built, so
+    its orders are a function of the key alone (the key stream itself still
+    follows ``tf.random.set_seed``).
+    """
+    def fn(key):
+        graph = tf.compat.v1.get_default_graph()
+        saved, graph.seed = graph.seed, None
+        try:
+            return build(key)
+        finally:
+            graph.seed = saved
+    return fn
+
+
 def _shuffle(ds, buffer_size, opts, key, which: int):
     """``ds.shuffle``: reshuffled each iteration from ``opts.seed``, or, given an
     epoch key (int64 [2]), in the one order that key and ``which`` (0 or 1)

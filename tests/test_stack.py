@@ -3,6 +3,7 @@ newer TensorFlow where tensorflow-io's ops cannot load and its features are refu
 
 import dataclasses
 import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -192,6 +193,20 @@ def test_cpp_lines_when_tensorflow_comes_first(tmp_path):
         assert quiet and hint not in err
         for line in stack.CPP_LOG_HARMLESS:
             assert line not in err, err[-2000:]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_jax_import_default_level_is_not_taken_for_the_users():
+    """``import jax`` runs os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = REPO
+    code = ("import os, jax; assert os.environ['TF_CPP_MIN_LOG_LEVEL'] == '1'\n"
+            "import pipeline; from pipeline import stack\n"
+            "print('LEVEL', os.environ['TF_CPP_MIN_LOG_LEVEL'], stack.cpp_log_status().quiet)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "LEVEL 2 True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
 def test_a_level_set_by_the_user_is_left_alone(tmp_path):
