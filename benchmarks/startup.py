@@ -43,7 +43,7 @@ wall time of the child).
 The JSON also holds the slope of the index time per file between sizes
 (log-log: 0 means the time per file does not grow with the count), the load
 average before and after every child (other jobs share the machine), the
-targets of issue #13 and whether they are met. The plot is time to first
+start-up targets and whether they are met. The plot is time to first
 batch vs files (log-log), both candidates.
 
 Full run (about 8 minutes on 2 cores with ``--repeats=3``, the trees built once

@@ -396,7 +396,7 @@ def exif_orientation(contents, words=None):
 
     Built with few ops (multi-byte fields by ``decode_raw``, scalars by
     ``unstack``): every op costs some 0.2-0.5 ms of Python to build, paid by
-    every process before its first batch (issue #13).
+    every process before its first batch.
     """
     words = header_words(contents) if words is None else words
     route = exif_route(words)
@@ -1152,8 +1152,7 @@ class Decoder:
         # 4:2:2: a triangle filter over the neighbouring chroma samples) at
         # the decoded columns' edges as if they were the image's: its first
         # column (an iMCU boundary, so a multiple of 8) and, when odd, its
-        # last one came out up to ~60 levels off decode-then-crop (issue
-        # #12). One more column on such a side (clamped to the image) gives
+        # last one came out up to ~60 levels off decode-then-crop. One more column on such a side (clamped to the image) gives
         # every window pixel its real neighbours; the slice trims it and is
         # a no-copy identity when nothing was added.
         xa = tf.where((ox % 8 == 0) & (ox > 0), ox - 1, ox)

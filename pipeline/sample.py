@@ -14,6 +14,8 @@ import tempfile
 
 import numpy as np
 
+__all__ = ["cache_root", "data_dir_label", "default_data_dir", "ensure_sample", "make_image"]
+
 SAMPLE_VERSION = 1
 
 
