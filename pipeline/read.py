@@ -101,6 +101,11 @@ def _fsspec_problem(protocol: str) -> str:
     return ""
 
 
+def fsspec_available(protocol: str) -> bool:
+    """fsspec can open ``protocol`` (e.g. "s3") here: its package for it is installed."""
+    return not _fsspec_problem(protocol)
+
+
 def reader(uri: str) -> str:
     """Which reader serves ``uri``: "local", "tensorflow" (TensorFlow's file systems,
     tensorflow-io's among them) or "fsspec".

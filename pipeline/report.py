@@ -276,8 +276,13 @@ def stack_line() -> str:
     st = stack.tfio_status()
     webp = "WebP: TensorFlow" if stack.core_webp() else (
         "WebP: tensorflow-io" if st.available else "WebP: Pillow fallback")
-    tfio = (f"tensorflow-io {st.version}: TIFF, AVIF, s3://" if st.available else
-            f"tensorflow-io unusable ({st.reason}): TIFF, AVIF and s3:// are refused")
+    if st.available:
+        tfio = f"tensorflow-io {st.version}: TIFF, AVIF, s3://"
+    else:
+        s3 = ("s3:// through fsspec" if read.fsspec_available("s3") else
+              "s3:// needs pip install 'tf-image-pipeline[s3]'")
+        tfio = (f"tensorflow-io's ops do not load here: TIFF and AVIF through the Pillow "
+                f"fallback (slow path), {s3}")
     return f"stack: TensorFlow {tf.__version__}; {webp}; {tfio}"
 
 

@@ -376,6 +376,19 @@ BMP_DECODERS = ("tensorflow (24-bit uncompressed); other variants (1/4/8-bit pal
                 "the Pillow fallback (slow path)")
 
 
+def _avif_decoder(tfio_ok: bool) -> Optional[str]:
+    """Who decodes AVIF here: Pillow where it reads AVIF, else tensorflow-io, else None."""
+    from pipeline import decode  # pylint: disable=import-outside-toplevel  (decode imports stack)
+    if "avif" in decode.pillow_plugins():
+        return "Pillow fallback (slow path)"
+    return "tensorflow-io" if tfio_ok else None
+
+
+def _fsspec_available(protocol: str) -> bool:
+    from pipeline import read  # pylint: disable=import-outside-toplevel  (read imports stack)
+    return read.fsspec_available(protocol)
+
+
 def doctor() -> dict:
     """A report of the stack: versions, decoders, filesystems, CPUs, decode parallelism.
 
@@ -387,13 +400,14 @@ def doctor() -> dict:
             else "tensorflow-io" if tfio_ok else None)
     decoders = {"JPEG": "tensorflow", "PNG": "tensorflow", "GIF": "tensorflow",
                 "BMP": BMP_DECODERS, "WebP": webp,
-                "TIFF": "tensorflow-io" if tfio_ok else None,
-                "AVIF": "tensorflow-io" if tfio_ok else None}
+                "TIFF": ("tensorflow-io (plain TIFFs); other variants: Pillow fallback "
+                         "(slow path)" if tfio_ok else "Pillow fallback (slow path)"),
+                "AVIF": _avif_decoder(tfio_ok)}
     schemes = _schemes()  # after the probe: tensorflow-io registers its schemes on import
     filesystems = {"local": "file" in schemes or not schemes,
                    "gs": "gs" in schemes}
     for s in ("s3", "hdfs", "az"):
-        filesystems[s] = s in schemes and tfio_ok
+        filesystems[s] = (s in schemes and tfio_ok) or _fsspec_available(s)
     cpus = cpu_count()
     return {
         "python": platform.python_version(),

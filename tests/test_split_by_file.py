@@ -81,3 +81,18 @@ def test_repeated_rows_split_by_file_permutation():
     assert va.paths == [p for p in rows if p in val_files]
     assert tr.paths == [p for p in rows if p not in val_files]
     assert list(va.labels) == [k for k, p in enumerate(rows) if p in val_files]
+
+
+@pytest.mark.parametrize("seed", [2**32 - 1, 2**32, 2**40 + 3, 2**63 - 1])
+def test_split_takes_every_documented_seed(manifest, seed):
+    """seed is documented as [0, 2**63); numpy's RandomState takes 32 bits: a larger
+    seed once raised numpy's "Seed must be between 0 and 2**32 - 1"."""
+    path, _ = manifest
+    kw = dict(image_size=(4, 4), batch_size=None, validation_split=0.25, subset="both",
+              seed=seed, include_paths=True, label_mode="int")
+    train, val = pipeline.from_manifest(path, **kw)
+    tr, va = delivered(train), delivered(val)
+    assert not set(tr) & set(va) and len(va) == 1
+    assert set(tr) | set(va) == {f"{i}.png" for i in range(FILES)}
+    again = pipeline.from_manifest(path, **kw)[1]
+    assert list(again.file_paths) == list(val.file_paths)  # the same split in a second call

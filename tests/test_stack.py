@@ -91,15 +91,18 @@ def test_doctor_report():
                                   "reason": st.reason}
     d = r["decoders"]
     assert all(d[k] == "tensorflow" for k in ("JPEG", "PNG", "GIF"))
-    # issue 15: the doctor line for BMP says which variants take the Pillow fallback
+    # the doctor line for BMP says which variants take the Pillow fallback
     assert d["BMP"] == stack.BMP_DECODERS
     assert d["BMP"].startswith("tensorflow (24-bit uncompressed); other variants")
     assert "Pillow fallback" in d["BMP"] and "pipeline.bmp" in d["BMP"]
     assert (d["WebP"] is not None) == (stack.core_webp() or st.available)
-    assert (d["TIFF"] is not None) == st.available
+    # TIFF decodes on every stack (the Pillow fallback where tensorflow-io's ops do not load)
+    assert d["TIFF"].startswith("tensorflow-io" if st.available else "Pillow fallback")
+    assert d["AVIF"] is not None
     fs = r["filesystems"]
     assert fs["local"]
-    assert fs["s3"] == fs["hdfs"] == st.available
+    # s3:// is read by tensorflow-io where its ops load, else by fsspec where s3fs is installed
+    assert fs["s3"] == (st.available or importlib.util.find_spec("s3fs") is not None)
     assert r["cpu_count"] == len(os.sched_getaffinity(0))
     assert r["decode_parallelism"] == 2 * r["cpu_count"]
     text = stack.format_doctor(r)
@@ -215,3 +218,15 @@ def test_a_level_set_by_the_user_is_left_alone(tmp_path):
     assert "tensorflow was imported before pipeline" not in err
     # level 0 shows TensorFlow's false alarm on the (complete) file cache
     assert "did not fully read the dataset being cached" in err
+
+
+def test_stack_line_says_what_decodes_tiff_and_reads_s3():
+    """The line bench and scan print first: TIFF/AVIF decode on every stack."""
+    from pipeline import report
+    line = report.stack_line()
+    assert "refused" not in line, line
+    if stack.tfio_status().available:
+        assert "tensorflow-io" in line and "TIFF" in line
+    else:
+        assert "TIFF and AVIF through the Pillow fallback" in line, line
+        assert "s3:// through fsspec" in line or "tf-image-pipeline[s3]" in line, line
