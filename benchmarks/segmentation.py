@@ -65,11 +65,14 @@ flags.DEFINE_string("json_out", os.path.join(HERE, "results", "segmentation.json
 
 
 def write_mask(photo: str, mask_path: str) -> str:
-    """Writes the class mask of ``photo`` (``seg_candidates.mask_of``) as a gray PNG."""
+    """Writes the class mask of ``photo`` (``seg_candidates.mask_of``) as a gray PNG, of the
+    photo turned upright by its EXIF orientation (a mask of the stored pixels would be a bad
+    pair for pipeline, which turns photos upright; the peers, which do not, read those few
+    photos with a mask of the other orientation, stretched to the size)."""
     import numpy as np
-    from PIL import Image
-    with Image.open(photo) as im:
-        rgb = np.asarray(im.convert("RGB"))
+    from PIL import Image, ImageOps
+    with Image.open(photo) as im:  # upright, as pipeline decodes it (exif_orientation=True)
+        rgb = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
     os.makedirs(os.path.dirname(mask_path), exist_ok=True)
     Image.fromarray(seg_candidates.mask_of(rgb), "L").save(mask_path)
     return mask_path
