@@ -17,8 +17,9 @@ read the pairs at ``--image_size``, each run in its own fresh process
 Figures: images/s (steady state, after each epoch's first batch) and images per
 CPU-second (the process's CPU time and its children's, ``bench.cpu_seconds``; steadier
 on a loaded machine), and the ratios of ``seg_pipeline`` to the others. With
-``--check_pairs`` (as the tests run it), each candidate also checks that every pair comes once per epoch and that each mask belongs
-to its image (``seg_candidates.CheckedPairs``; it costs time, so it is off for timing).
+``--check_pairs`` (as the tests run it), each candidate also checks that every pair
+comes once per epoch and that each mask belongs to its image
+(``seg_candidates.CheckedPairs``; it costs time, so it is off for timing).
 
     python benchmarks/segmentation.py --rounds=3 --epochs=2
     python benchmarks/segmentation.py --limit=48 --rounds=1 --epochs=1 --check_pairs \\
