@@ -508,3 +508,25 @@ def test_plot_benchmarks_draws_every_size(tmp_path):
     _run("plot_benchmarks.py", *files, f"--png_out={tmp_path / 'p.png'}")
     png = tmp_path / "p.png"
     assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 20000
+
+
+def test_segmentation_pairs_every_candidate(photos, tmp_path):
+    """benchmarks/segmentation.py at tiny sizes, pairs checked: every candidate delivers
+    each pair once per epoch, each mask with its own image (the class read back from the
+    image's luminance equals the mask on most pixels: near 1 for a right pair)."""
+    out_path = tmp_path / "seg.json"
+    stdout = _run("segmentation.py", f"--data_dir={photos}", f"--limit={N - 8}",
+                  "--image_size=48", "--batch_size=8", "--epochs=2", "--rounds=1",
+                  "--check_pairs", f"--json_out={out_path}", timeout=600)
+    out = json.loads(out_path.read_text())
+    res = out["candidates"]
+    assert list(res) == ["seg_pipeline", "seg_pipeline_train", "seg_plain", "seg_keras"]
+    assert out["num_pairs"] == N - 8 and out["failed"] == {}
+    for name, r in res.items():
+        _figures_ok(r, 2 * (N - 8))
+        assert r["pairs_per_epoch"] == [N - 8, N - 8], (name, r["pairs_per_epoch"])
+        assert r["pair_agreement_median"] > 0.8 and r["pair_agreement_min"] > 0.5, (name, r)
+        assert name in stdout
+    assert out["ratios"]["pipeline_vs_keras_cpu"] == pytest.approx(
+        res["seg_pipeline"]["steady_images_per_cpu_sec"]
+        / res["seg_keras"]["steady_images_per_cpu_sec"])
