@@ -388,16 +388,11 @@ def check_cache_budget(opts, n: int) -> Optional[int]:
     a warning says so.
 
     Raises:
-        ValueError: the cache file's folder does not exist, or the estimate
-            exceeds the budget (both figures named).
+        ValueError: the estimate exceeds the budget (both figures named); the
+            cache's own value is checked by ``config.check_cache``.
     """
     if opts.cache is None:
         return None
-    if opts.cache != "memory":
-        folder = os.path.dirname(os.path.abspath(str(opts.cache))) or "."
-        if not read.is_remote(str(opts.cache)) and not os.path.isdir(folder):
-            raise ValueError(f"The folder of the cache file does not exist: {folder!r}. "
-                             f"Create it first. Received: cache={opts.cache!r}")
     if opts.image_size is None:
         logging.warning("pipeline: cache=%r with image_size=None: the cache size cannot be "
                         "estimated up front (native sizes)", opts.cache)

@@ -414,11 +414,8 @@ class Augment:
                 shape = tf.shape(image)
                 size = (shape[0], shape[1])
             else:
-                try:
-                    size = checks.check_image_size(output_size, None)
-                except ValueError:
-                    raise _err("`output_size` must be (height, width) of positive integers "
-                               "or None.", "output_size", output_size) from None
+                from pipeline import config  # pylint: disable=import-outside-toplevel
+                size = config.check_image_size(output_size, None, name="output_size")
             if not crop_done:
                 oy, ox, ch, cw = self.crop_window(tf.shape(image), seed)
                 image = image[oy:oy + ch, ox:ox + cw]

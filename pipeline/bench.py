@@ -430,6 +430,37 @@ def error_tail(stderr: str, max_chars: int = 800) -> str:
     return "\n".join(out)
 
 
+# The peers take the seed as Keras' and numpy's seeds, which are unsigned 32-bit;
+# pipeline's own candidates take the factories' range (``pipeline.config.check_seed``).
+PEER_SEED_LIMIT = 2 ** 32
+
+
+def check_spec(spec: dict, names: Sequence[str]) -> dict:
+    """``spec`` with its options checked by ``pipeline.config``'s validators.
+
+    ``image_size`` (``config.check_image_size``, returned as a list), ``seed``
+    (``config.check_seed``) and ``options["on_error"]`` (``config.check_on_error``);
+    with a peer among ``names`` (a name not starting with "pipeline"), the seed
+    must also be below 2**32 (``PEER_SEED_LIMIT``). Imports TensorFlow.
+
+    Raises:
+        ValueError: naming the option and the value received.
+    """
+    from pipeline import config  # pylint: disable=import-outside-toplevel
+    spec = dict(spec)
+    spec["image_size"] = list(config.check_image_size(spec["image_size"],
+                                                      spec.get("batch_size")))
+    spec["seed"] = config.check_seed(spec.get("seed"))
+    if "on_error" in spec.get("options", {}):
+        config.check_on_error(spec["options"]["on_error"])
+    peers = [n for n in names if not n.startswith("pipeline")]
+    if peers and spec["seed"] is not None and spec["seed"] >= PEER_SEED_LIMIT:
+        raise ValueError(f"`seed` must be an int in [0, 2**32) with peers ({', '.join(peers)}): "
+                         "they take it as Keras' and numpy's seeds, which are unsigned 32-bit. "
+                         f"Received: seed={spec['seed']!r}")
+    return spec
+
+
 def run_candidates(names: List[str], base_spec: dict, repeats: int = 1,
                    progress: bool = True, keep_going: bool = False,
                    timeout: Optional[float] = None,

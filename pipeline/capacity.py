@@ -176,13 +176,13 @@ def measure_cost(data_dir: str, image_size: Sequence[int] = (224, 224), batch_si
 
     Args:
         data_dir: str, a class-folder directory.
-        image_size: (height, width) pixels.
+        image_size: (height, width) pixels (``config.check_image_size``).
         batch_size: int >= 1.
         augment: bool, train mode (random resized crop + flip) instead of eval.
         epochs: int >= 1, epochs per run.
         repeats: int >= 1, runs; the median is used.
         on_error: "raise" or "skip" (``from_directory``'s).
-        seed: int, shuffle seed.
+        seed: int in [0, 2**63) or None, shuffle seed.
         progress: bool, tqdm bars on stderr.
 
     Returns:
@@ -201,18 +201,15 @@ def measure_cost(data_dir: str, image_size: Sequence[int] = (224, 224), batch_si
     """
     from pipeline import bench
     from pipeline import candidates  # noqa: F401  registers "pipeline", "pipeline_train"
+    from pipeline import config
     from pipeline import index as index_lib
     from pipeline import sample
 
-    size = [checks.check_int("image_size", v) for v in image_size]
-    if len(size) != 2:
-        raise ValueError(f"`image_size` must be (height, width). "
-                         f"{checks.received('image_size', image_size)}")
     for name, value in (("batch_size", batch_size), ("epochs", epochs), ("repeats", repeats)):
         checks.check_int(name, value)
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"`on_error` must be 'raise' or 'skip'. "
-                         f"{checks.received('on_error', on_error)}")
+    size = list(config.check_image_size(image_size, batch_size))
+    config.check_on_error(on_error)
+    seed = config.check_seed(seed)
     idx = index_lib.index_directory(data_dir)
     if bench.timed_batches(len(idx), batch_size) < bench.MIN_TIMED_BATCHES:
         raise ValueError(

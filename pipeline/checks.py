@@ -12,7 +12,7 @@ import inspect
 import numbers
 import os
 import socket
-from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -129,37 +129,6 @@ def check_choice(name: str, value, choices: Sequence, hints: Optional[dict] = No
         raise ValueError(f"`{name}` must be one of {list(choices)}{hint} "
                          f"{received(name, value)}")
     return value
-
-
-def check_image_size(image_size, batch_size, name: str = "image_size"
-                     ) -> Optional[Tuple[int, int]]:
-    """(height, width) in pixels as two positive ints, or None (native size).
-
-    An int ``n`` means (n, n). None needs ``batch_size=None``: images of
-    different sizes cannot be batched.
-
-    Raises:
-        ValueError: naming ``name`` and the value received.
-    """
-    if image_size is None:
-        if batch_size is not None:
-            raise ValueError(
-                f"`{name}=None` (native size) needs `batch_size=None`, since "
-                "images of different sizes cannot be batched. "
-                f"{received('batch_size', batch_size)}")
-        return None
-    if isinstance(image_size, numbers.Integral) and not isinstance(image_size, bool):
-        image_size = (image_size, image_size)
-    try:
-        h, w = image_size
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be (height, width) of positive integers or None. "
-                         f"{received(name, image_size)}") from None
-    for v in (h, w):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v <= 0:
-            raise ValueError(f"`{name}` must be (height, width) of positive integers or "
-                             f"None. {received(name, image_size)}")
-    return (int(h), int(w))
 
 
 def check_class_names(class_names: Optional[Sequence[str]]) -> Optional[list]:

@@ -484,39 +484,17 @@ def _write_json(path: Optional[str], obj) -> None:
                                      allow_nan=False))
 
 
-def _parse_size(values) -> List[int]:
-    try:
-        size = [int(v) for v in values]
-        if len(size) == 1:
-            size = size * 2
-        if len(size) != 2 or min(size) <= 0:
-            raise ValueError
-    except ValueError:
-        raise usage_error(
-            "--image_size must be HEIGHT,WIDTH positive integers. Received: "
-            f"--image_size={_as_typed(values)}")
-    return size
-
-
-SEED_MAX = 2**63 - 1  # the library's range (pipeline.from_directory(seed=...))
-SEED32_MAX = 2**32 - 1  # numpy.random.RandomState's and Keras' seeds: unsigned 32-bit
-# Who takes --seed as an unsigned 32-bit seed, where one does (the reason the error gives).
-SEED32_USERS = {
-    "bench": "bench's peers take it as Keras' and numpy's seeds, which are unsigned 32-bit",
-    "convert": "convert's row order is numpy.random.RandomState(seed), whose seed is "
-               "unsigned 32-bit",
-}
-
-
-def _check_seed(narrow: Optional[str] = None) -> None:
-    """Usage error unless --seed is an int in [0, 2**63), the library's range, or, where
-    a consumer takes it as an unsigned 32-bit seed (``narrow``: a key of
-    ``SEED32_USERS``, whose text is the reason given), in [0, 2**32)."""
-    top = SEED32_MAX if narrow else SEED_MAX
-    if not 0 <= FLAGS.seed <= top:
-        why = f"2**32 - 1: {SEED32_USERS[narrow]}" if narrow else "2**63 - 1"
-        raise usage_error(f"--seed must be an integer from 0 to {top} ({why}). "
-                          f"Received: --seed={_typed('seed')}")
+def _size_arg(values: Sequence[str]):
+    """--image_size as the library takes it (``pipeline.config.check_image_size`` checks
+    it): HEIGHT,WIDTH as a tuple, one number N as N, each value an int where it reads as
+    one."""
+    def number(v):
+        try:
+            return int(v)
+        except ValueError:
+            return v
+    size = tuple(number(v) for v in values)
+    return size[0] if len(size) == 1 else size
 
 
 def _check_source(label: str, path: str, manifest_ok: bool = True) -> None:
@@ -655,15 +633,8 @@ def _check_bench(argv: List[str]) -> None:
                           f"Received: {FLAGS['plan'].serialize()}, "
                           f"{FLAGS['profile'].serialize()}")
     _check_bench_mode()  # first: a flag the report ignores is the mistake to name
-    _parse_size(FLAGS.image_size)
     for name in ("batch_size", "epochs", "repeats", "sample_images"):
         _positive(name)
-    if FLAGS.on_error not in ("raise", "skip"):
-        raise usage_error(f"--on_error must be 'raise' or 'skip'. "
-                          f"Received: --on_error={_typed('on_error')}")
-    # the peers (not pipeline's own candidates) take 32-bit seeds
-    _check_seed("bench" if _bench_mode() == "peers" and any(
-        not n.startswith("pipeline") for n in _bench_names()) else None)
     if FLAGS.data_dir is not None:
         _check_source("--data_dir", FLAGS.data_dir, manifest_ok=False)
     if FLAGS.max_spread is not None and not (math.isfinite(FLAGS.max_spread)
@@ -716,8 +687,13 @@ def cmd_bench(argv: List[str]) -> int:
     from pipeline import candidates  # noqa: F401  registers the public-API candidates
     from pipeline import sample
 
-    size = _parse_size(FLAGS.image_size)
     names = _bench_names()
+    # The library checks --image_size, --seed and --on_error (pipeline.config), before any
+    # work; its ValueError is a usage error in main.
+    size = bench.check_spec({"image_size": _size_arg(FLAGS.image_size),
+                             "batch_size": FLAGS.batch_size, "seed": FLAGS.seed,
+                             "options": {"on_error": FLAGS.on_error}},
+                            names if _bench_mode() == "peers" else ["pipeline"])["image_size"]
     timed = not FLAGS.profile  # --profile times its own count of images
     data_dir = sample.default_data_dir(FLAGS.data_dir, num_images=FLAGS.sample_images,
                                         shared=False)
@@ -877,10 +853,6 @@ def _check_convert(argv: List[str]) -> None:
     _positive("num_shards")
     _positive("num_workers")
     _positive("max_pixels")
-    if FLAGS.on_error not in ("raise", "skip"):
-        raise usage_error(f"--on_error must be 'raise' or 'skip'. "
-                          f"Received: --on_error={_typed('on_error')}")
-    _check_seed("convert")
     _check_manifest_flags("SRC", argv[1])
     src, out = argv[1], argv[2]
     _check_source("SRC", src)

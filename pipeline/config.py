@@ -277,7 +277,85 @@ FIELDS = tuple(f.name for f in dataclasses.fields(ImageOptions))
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ImageOptions)}
 
 
-def _check_cache(cache):
+# One validator per option that other entry points take too (write_tfrecords, the
+# capacity plan, bench, from_npy_shards, from_generator, the command line): each holds
+# the option's type, range and message, and every entry point calls it.
+SEED_LIMIT = 2 ** 63
+
+
+def check_seed(seed) -> Optional[int]:
+    """``seed``: an int in [0, 2**63) or None (numpy integers accepted; bools refused).
+
+    Returns:
+        The seed as a Python int, or None.
+
+    Raises:
+        ValueError: "`seed` must be an int in [0, 2**63) or None. Received: seed=..."
+    """
+    if seed is not None and (isinstance(seed, (bool, np.bool_))
+                             or not isinstance(seed, numbers.Integral)
+                             or not 0 <= seed < SEED_LIMIT):
+        raise ValueError(f"`seed` must be an int in [0, 2**63) or None. "
+                         f"{checks.received('seed', seed)}")
+    return None if seed is None else int(seed)
+
+
+def check_on_error(on_error) -> str:
+    """``on_error``: "raise" or "skip" (see ``ImageOptions.on_error``).
+
+    Raises:
+        ValueError: "`on_error` must be one of ['raise', 'skip']. Received: on_error=..."
+    """
+    return checks.check_choice("on_error", on_error, ON_ERROR)
+
+
+def check_image_size(image_size, batch_size=None, name: str = "image_size"
+                     ) -> Optional[Tuple[int, int]]:
+    """``image_size``: (height, width) in pixels as two positive ints, or None (native size).
+
+    An int ``n`` means (n, n). None needs ``batch_size=None``: images of
+    different sizes cannot be batched. ``name``: the argument's name in the
+    message (``Augment``'s ``output_size`` takes the same values).
+
+    Returns:
+        ``(height, width)`` as Python ints, or None.
+
+    Raises:
+        ValueError: "`image_size` must be (height, width) of positive integers or
+            None. Received: image_size=..."
+    """
+    r = checks.received
+    if image_size is None:
+        if batch_size is not None:
+            raise ValueError(
+                f"`{name}=None` (native size) needs `batch_size=None`, since "
+                f"images of different sizes cannot be batched. {r('batch_size', batch_size)}")
+        return None
+    bad = ValueError(f"`{name}` must be (height, width) of positive integers or None. "
+                     f"{r(name, image_size)}")
+    if isinstance(image_size, numbers.Integral) and not isinstance(image_size, (bool, np.bool_)):
+        image_size = (image_size, image_size)
+    try:
+        h, w = image_size
+    except (TypeError, ValueError):
+        raise bad from None
+    for v in (h, w):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v <= 0:
+            raise bad
+    return (int(h), int(w))
+
+
+def check_cache(cache):
+    """``cache``: None, "memory", or a file path prefix with a folder part that exists
+    (a URI's folder is not checked here).
+
+    Returns:
+        None, "memory" or the path as a str.
+
+    Raises:
+        ValueError: another value (a bare name such as "memroy" gets a hint), or a
+            local folder that does not exist, with "Received: cache=...".
+    """
     if cache is None or cache == "memory":
         return cache
     if not isinstance(cache, (str, os.PathLike)) or not os.fspath(cache):
@@ -291,6 +369,10 @@ def _check_cache(cache):
             "`cache` must be None, 'memory', or a file path with a folder part (such as "
             f"'./cache/{cache}'), so that a typo does not silently write cache files into "
             f"the working folder.{hint} {checks.received('cache', cache)}")
+    folder = os.path.dirname(os.path.abspath(cache))
+    if "://" not in cache and not os.path.isdir(folder):
+        raise ValueError(f"The folder of the cache file does not exist: {folder!r}. "
+                         f"Create it first. {checks.received('cache', cache)}")
     return cache
 
 
@@ -448,11 +530,11 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
         raise ValueError(f"`channels` must be 1, 3 or 4. {r('channels', channels)}")
     o["channels"] = int(channels)
     o["batch_size"] = checks.check_int("batch_size", o["batch_size"], allow_none=True)
-    o["image_size"] = checks.check_image_size(o["image_size"], o["batch_size"])
+    o["image_size"] = check_image_size(o["image_size"], o["batch_size"])
     checks.check_choice("resize", o["resize"], RESIZE_MODES)
     checks.check_choice("interpolation", o["interpolation"], INTERPOLATIONS,
                         INTERPOLATION_HINTS)
-    checks.check_choice("on_error", o["on_error"], ON_ERROR)
+    check_on_error(o["on_error"])
     split, subset = o["validation_split"], o["subset"]
     checks.check_choice("subset", subset, SUBSETS)
     if split is not None:
@@ -481,12 +563,7 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
                 f"`normalize` needs one value, or one per channel ({o['channels']}), for its "
                 f"mean and its std. {r('normalize', o['normalize'])}, "
                 f"channels={o['channels']}")
-    seed = o["seed"]
-    if seed is not None and (isinstance(seed, (bool, np.bool_))
-                             or not isinstance(seed, numbers.Integral)
-                             or not 0 <= seed < 2 ** 63):
-        raise ValueError(f"`seed` must be an int in [0, 2**63) or None. {r('seed', seed)}")
-    o["seed"] = None if seed is None else int(seed)
+    o["seed"] = check_seed(o["seed"])
     o["max_pixels"] = checks.check_int("max_pixels", o["max_pixels"])
     if o["image_size"] is not None and o["image_size"][0] * o["image_size"][1] > o["max_pixels"]:
         raise ValueError(
@@ -532,7 +609,7 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
             raise ValueError(
                 "`max_errors` cannot be enforced with `service=` (skips happen on the "
                 f"service workers). {r('max_errors', me)}, service={o['service']!r}")
-    o["cache"] = _check_cache(o["cache"])
+    o["cache"] = check_cache(o["cache"])
     checks.check_choice("processing_mode", o["processing_mode"], PROCESSING_MODES)
     if o["processing_mode"] != "off" and not o["service"]:
         raise ValueError(

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline import checks
+from pipeline import config
 
 
 def _arity(fn) -> int:
@@ -104,7 +105,7 @@ def from_generator(fn, output_signature, num_parallel: int = 1,
         batch_size: None (default: elements as yielded, e.g. already batches)
             or an int to batch them.
         shuffle_buffer_size: int >= 0, elements held for shuffling (0: off).
-        seed: int or None, for the shuffle.
+        seed: int in [0, 2**63) or None, for the shuffle.
         prefetch: int >= 0, elements (batches) prefetched.
         check: bool; each element's structure, shape and dtype are checked
             against ``output_signature`` (Python ints/floats are cast, e.g.
@@ -131,6 +132,7 @@ def from_generator(fn, output_signature, num_parallel: int = 1,
     shuffle_buffer_size = checks.check_int("shuffle_buffer_size", shuffle_buffer_size,
                                                 minimum=0)
     prefetch = checks.check_int("prefetch", prefetch, minimum=0)
+    seed = config.check_seed(seed)
     try:
         tf.nest.map_structure(lambda s: s if isinstance(s, tf.TensorSpec) else 1 / 0,
                               output_signature)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob as glob_lib
-import numbers
 import os
 from typing import List, Optional, Tuple
 
@@ -20,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline import checks
+from pipeline import config
 from pipeline import stack
 
 # dtypes tf.io.decode_raw can produce.
@@ -182,10 +182,7 @@ def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[in
         deterministic = checks.check_bool("deterministic", deterministic)
     if num_parallel_calls is not None and num_parallel_calls != tf.data.AUTOTUNE:
         num_parallel_calls = checks.check_int("num_parallel_calls", num_parallel_calls)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
-                             or not 0 <= seed < 2 ** 63):
-        raise ValueError(f"`seed` must be an int in [0, 2**63) or None. Received: seed={seed!r}")
-    seed = None if seed is None else int(seed)
+    seed = config.check_seed(seed)
     x_files = _files(inputs, "inputs")
     x_infos = [read_header(f) for f in x_files]
     _check_same(x_infos, "inputs")

@@ -26,6 +26,7 @@ from absl import logging
 
 from pipeline import assemble
 from pipeline import checks
+from pipeline import config
 from pipeline import formats
 from pipeline import index as index_lib
 from pipeline import manifest as manifest_lib
@@ -215,6 +216,18 @@ INDEX_KEYWORDS = tuple(sorted({
     for name in list(inspect.signature(fn).parameters)[1:]}))
 
 
+def row_order(n: int, seed: Optional[int]) -> np.ndarray:
+    """The written order of ``n`` rows: ``numpy.random.RandomState(seed).permutation(n)``.
+
+    ``RandomState`` takes an int seed in [0, 2**32); a larger seed (up to the
+    factories' 2**63 - 1) is given as its two 32-bit words ``[low, high]``, a
+    seed array that ``RandomState`` also takes. None: an unseeded order.
+    """
+    if seed is not None and seed >= 2 ** 32:
+        seed = [seed & 0xFFFFFFFF, seed >> 32]
+    return np.random.RandomState(seed).permutation(n)
+
+
 @checks.known_keywords(INDEX_KEYWORDS)
 def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                     shuffle: bool = True, seed: int = 0, progress: bool = True,
@@ -235,7 +248,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     ``(image, mask)`` with the pixels the files give.
 
     With ``shuffle=True`` (default) the rows are written in a seeded random
-    order (``numpy.random.RandomState(seed).permutation``), as tfds does:
+    order (``row_order``: ``numpy.random.RandomState(seed).permutation``), as tfds does:
     a folder is stored class by class, and shards written in that order
     would keep classes together however the reader shuffles its bounded
     buffer. Row ``j`` of the written order goes to shard ``j % num_shards``,
@@ -254,8 +267,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             not an error: one shard per file is written, and a warning
             (absl logging) says so.
         shuffle: bool, write the rows in a seeded random order (default True).
-        seed: int in [0, 2**32 - 1], the seed of that order (numpy's
-            ``RandomState`` takes 32-bit seeds); ValueError outside it.
+        seed: int in [0, 2**63) (the factories' range; ``row_order``), or None
+            for an unseeded order; ValueError outside it.
         progress: bool, show the progress bar.
         num_workers: threads writing shards (default ``min(num_shards, 2 * cores)``).
         on_error: None (default): every file is written as it is, a bad one
@@ -311,13 +324,9 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     if num_shards is not None:
         num_shards = checks.check_int("num_shards", num_shards)
     shuffle = checks.check_bool("shuffle", shuffle)
-    seed = checks.check_int("seed", seed, minimum=0)
-    if seed > 2 ** 32 - 1:
-        raise ValueError("`seed` must be in [0, 2**32 - 1]: the row order comes from "
-                         "numpy.random.RandomState, which takes 32-bit seeds. "
-                         f"{checks.received('seed', seed)}")
+    seed = config.check_seed(seed)
     if on_error is not None:
-        checks.check_choice("on_error", on_error, ("raise", "skip"))
+        config.check_on_error(on_error)
     if max_pixels is not None:
         max_pixels = checks.check_int("max_pixels", max_pixels)
     max_resolution, jpeg_quality = check_resolution(max_resolution, jpeg_quality)
@@ -338,7 +347,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     if on_error is not None:
         idx, skipped = check_files(idx, on_error, max_pixels=max_pixels, progress=progress)
     n = len(idx)
-    order = np.random.RandomState(seed).permutation(n) if shuffle else np.arange(n)
+    order = row_order(n, seed) if shuffle else np.arange(n)
     if num_shards is None:
         total = int(idx.sizes().clip(0).sum())
         num_shards = max(1, math.ceil(total / TARGET_SHARD_BYTES))

@@ -299,7 +299,8 @@ def test_convert_cli_on_error(folder, tmp_path):
                                         "write:\n")
     assert "header claims 6x5 pixels > max_pixels=29" in err
     code, _, err = run_cli("convert", folder, str(tmp_path / "y"), "--on_error=ignore")
-    assert code == 2 and "--on_error must be 'raise' or 'skip'. Received: --on_error=ignore" in err
+    assert code == 2 and ("--on_error must be one of ['raise', 'skip']. "
+                          "Received: --on_error='ignore'") in err
 
 
 class _Records:
@@ -353,9 +354,20 @@ def test_convert_says_it_wrote_fewer_shards_than_asked(folder, tmp_path):
     assert code == 0 and "fewer" not in out and "not --num_shards" not in out
 
 
-def test_write_tfrecords_seed_is_32_bit_and_says_why(tmp_path):
-    """numpy's RandomState orders the rows: a seed past 2**32 - 1 is a ValueError naming it,
-    not numpy's own error (found by the third fresh-eyes test)."""
-    with pytest.raises(ValueError, match=r"`seed` must be in \[0, 2\*\*32 - 1\].*"
-                                         r"Received: seed=4294967296"):
-        pipeline.write_tfrecords(["a.jpg"], str(tmp_path / "out"), seed=2 ** 32)
+def test_write_tfrecords_seed_takes_the_factories_range(tmp_path):
+    """write_tfrecords refused seeds past 2**32 - 1 (numpy's RandomState takes 32-bit int
+    seeds), where the factories take [0, 2**63): the range is now the factories' one
+    (``pipeline.config.check_seed``), a larger seed given to RandomState as its two 32-bit
+    words; a seed below 2**32 gives the order it gave before."""
+    paths = sorted(write_image(str(tmp_path / "src" / "a" / f"{k}.png"), k) for k in range(7))
+    for seed, state in ((5, 5), (2 ** 32 - 1, 2 ** 32 - 1), (2 ** 32, [0, 1]),
+                        (2 ** 63 - 1, [2 ** 32 - 1, 2 ** 31 - 1])):
+        out = str(tmp_path / f"out{seed}")
+        pipeline.write_tfrecords(paths, out, 1, seed=seed, progress=False)
+        want = [paths[i] for i in np.random.RandomState(state).permutation(len(paths))]
+        assert stored_paths(out) == want, seed
+    assert stored_paths(str(tmp_path / "out5")) != stored_paths(str(tmp_path / f"out{2**32}"))
+    for bad in (-1, 2 ** 63, 1.5, True):
+        with pytest.raises(ValueError, match=re.escape(
+                f"`seed` must be an int in [0, 2**63) or None. Received: seed={bad!r}")):
+            pipeline.write_tfrecords(paths, str(tmp_path / "bad"), seed=bad)
