@@ -300,6 +300,19 @@ def check_seed(seed) -> Optional[int]:
     return None if seed is None else int(seed)
 
 
+def numpy_random_state(seed: Optional[int]) -> np.random.RandomState:
+    """``numpy.random.RandomState`` for a seed in [0, 2**63) or None (unseeded).
+
+    ``RandomState`` takes an int seed in [0, 2**32) (Keras' file-list
+    shuffle, and so its validation split, uses it with such seeds); a larger
+    seed is given as its two 32-bit words ``[low, high]``, a seed array
+    ``RandomState`` also takes.
+    """
+    if seed is not None and seed >= 2 ** 32:
+        return np.random.RandomState([seed & 0xFFFFFFFF, seed >> 32])
+    return np.random.RandomState(seed)
+
+
 def check_on_error(on_error) -> str:
     """``on_error``: "raise" or "skip" (see ``ImageOptions.on_error``).
 

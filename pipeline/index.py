@@ -25,6 +25,7 @@ import numpy as np
 from absl import logging
 
 from pipeline import checks
+from pipeline import config
 from pipeline import formats
 from pipeline import read
 
@@ -446,21 +447,13 @@ def index_paths(paths, labels=None, class_names=None) -> Index:
     return Index(paths, label_list, class_names, None, check_tiffs(paths, {}))
 
 
-def _numpy_seed(seed: Optional[int]):
-    """``RandomState``'s seed for a seed in [0, 2**63) or None: the seed itself below
-    2**32 (Keras' split, whose seeds are 32-bit), else its two 32-bit halves."""
-    if seed is None:
-        return 0
-    return seed if seed < 2**32 else [seed & 0xFFFFFFFF, seed >> 32]
-
-
 def split(index: Index, validation_split: float, seed: Optional[int]):
     """Splits an Index into (training, validation) by file, disjoint and complete, as Keras does.
 
     The distinct files (paths, in order of first appearance) are permuted with
     ``numpy.random.RandomState(seed or 0)`` (Keras shuffles its file list with
     the same generator; a seed from 2**32 up, which Keras refuses, seeds it
-    with its two 32-bit halves) and the last ``int(n_files * validation_split)``
+    with its two 32-bit words: ``config.numpy_random_state``) and the last ``int(n_files * validation_split)``
     files form the validation subset, so the same seed gives Keras' split
     and the same split in separate calls. Every row of a file goes to that
     file's side: a manifest that lists a file several times (oversampling)
@@ -473,7 +466,7 @@ def split(index: Index, validation_split: float, seed: Optional[int]):
     for p in index.paths:
         first.setdefault(p, len(first))
     n_files = len(first)  # == n without repeated paths: then files are rows (Keras')
-    files = np.random.RandomState(_numpy_seed(seed)).permutation(n_files)
+    files = config.numpy_random_state(0 if seed is None else seed).permutation(n_files)
     in_val = np.zeros(n_files, bool)
     in_val[files[n_files - int(n_files * validation_split):]] = True
     row_val = in_val[np.fromiter((first[p] for p in index.paths), np.int64, n)]

@@ -219,13 +219,10 @@ INDEX_KEYWORDS = tuple(sorted({
 def row_order(n: int, seed: Optional[int]) -> np.ndarray:
     """The written order of ``n`` rows: ``numpy.random.RandomState(seed).permutation(n)``.
 
-    ``RandomState`` takes an int seed in [0, 2**32); a larger seed (up to the
-    factories' 2**63 - 1) is given as its two 32-bit words ``[low, high]``, a
-    seed array that ``RandomState`` also takes. None: an unseeded order.
+    A seed from 2**32 up seeds it with its two 32-bit words
+    (``config.numpy_random_state``). None: an unseeded order.
     """
-    if seed is not None and seed >= 2 ** 32:
-        seed = [seed & 0xFFFFFFFF, seed >> 32]
-    return np.random.RandomState(seed).permutation(n)
+    return config.numpy_random_state(seed).permutation(n)
 
 
 @checks.known_keywords(INDEX_KEYWORDS)
