@@ -46,6 +46,10 @@ to what it returns; ``measure`` merges it into the figures.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # a candidate's process: Ctrl-C ends it without a traceback
+    import signal as _signal
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+
 import importlib
 import json
 import re
@@ -385,7 +389,7 @@ def _run_showing_stderr(cmd: List[str], env: dict, timeout: Optional[float],
         t.start()
     try:
         proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
         proc.kill()
         proc.wait()
         raise
@@ -502,35 +506,65 @@ def run_candidates(names: List[str], base_spec: dict, repeats: int = 1,
         if why:
             done[n] = {"name": n, "skipped": why, "description": DESCRIPTIONS.get(n, n)}
     import tempfile
+    interrupted = False
     with tempfile.TemporaryDirectory(prefix="pipeline-bench-quality-") as tmp:
         quality = _quality_setup(names, base_spec, quality_images, tmp)
-        for _ in range(repeats):
-            for n in names:
-                if n in done:
-                    continue
-                spec = dict(base_spec, name=n)
-                if n in quality and "figures" not in quality[n]:
-                    spec["quality"] = quality[n]["spec"]
-                try:
-                    r = run_candidate(spec, timeout=timeout, progress=progress)
-                except (RuntimeError, subprocess.TimeoutExpired) as e:
-                    if not keep_going:
-                        raise
-                    r = {"name": n, "error": str(e)[-1500:]}
-                if "skipped" in r or "error" in r:
-                    done[n] = r
-                    continue
-                npy = r.pop("quality_images_file", None)
-                if npy:
-                    quality[n]["figures"] = _quality_figures(npy, quality["_references"])
-                elif "quality_error" in r:
-                    quality[n]["figures"] = {"psnr_error": r.pop("quality_error")}
-                runs[n].append(r)
+        try:
+            _rounds(names, base_spec, repeats, progress, keep_going, timeout, done, runs,
+                    quality)
+        except KeyboardInterrupt:
+            interrupted = True
+    finished = min((len(runs[n]) for n in names if n not in done), default=0)
+    out = _aggregate(names, {n: rs[:finished] if interrupted else rs for n, rs in runs.items()},
+                     done, quality)
+    if interrupted:
+        raise Interrupted(out, finished)
+    return out
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during ``run_candidates``: ``results`` holds the rounds every candidate
+    finished (``rounds`` of them; candidates with none are left out)."""
+
+    def __init__(self, results: Dict[str, dict], rounds: int):
+        super().__init__(f"stopped after {rounds} finished round(s)")
+        self.results, self.rounds = results, rounds
+
+
+def _rounds(names, base_spec, repeats, progress, keep_going, timeout, done, runs, quality):
+    """The alternated rounds of ``run_candidates``, filling ``runs`` and ``done``."""
+    for _ in range(repeats):
+        for n in names:
+            if n in done:
+                continue
+            spec = dict(base_spec, name=n)
+            if n in quality and "figures" not in quality[n]:
+                spec["quality"] = quality[n]["spec"]
+            try:
+                r = run_candidate(spec, timeout=timeout, progress=progress)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                if not keep_going:
+                    raise
+                r = {"name": n, "error": str(e)[-1500:]}
+            if "skipped" in r or "error" in r:
+                done[n] = r
+                continue
+            npy = r.pop("quality_images_file", None)
+            if npy:
+                quality[n]["figures"] = _quality_figures(npy, quality["_references"])
+            elif "quality_error" in r:
+                quality[n]["figures"] = {"psnr_error": r.pop("quality_error")}
+            runs[n].append(r)
+
+
+def _aggregate(names, runs, done, quality) -> Dict[str, dict]:
+    """{name: medians of its runs (and ``runs``), or its skip/error record}."""
     out = {}
     for n in names:
         rs = runs[n]
         if not rs:
-            out[n] = done[n]
+            if n in done:
+                out[n] = done[n]
             continue
         agg = dict(rs[0])
         for k, v in rs[0].items():

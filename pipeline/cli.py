@@ -734,8 +734,15 @@ def cmd_bench(argv: List[str]) -> int:
     print(bench_header(len(idx), FLAGS.data_dir or os.environ.get(sample.DATA_DIR_ENV) or
                        sample.data_dir_label(data_dir), size), flush=True)
     # A peer that fails (e.g. Keras on a bad file) is reported, not fatal.
-    results = bench.run_candidates(names, spec, repeats=FLAGS.repeats, progress=FLAGS.progress,
-                                   keep_going=True, quality_images=bench.QUALITY_IMAGES)
+    try:
+        results = bench.run_candidates(names, spec, repeats=FLAGS.repeats,
+                                       progress=FLAGS.progress, keep_going=True,
+                                       quality_images=bench.QUALITY_IMAGES)
+    except bench.Interrupted as e:
+        if e.rounds:
+            print(bench.format_table(e.results))
+        raise Stopped(f"Ctrl-C; {e.rounds} of {FLAGS.repeats} round(s) finished"
+                      + (", their medians above" if e.rounds else "")) from None
     if not bench.ok(results["pipeline"]):
         print(bench.format_table(results))
         print(f"pipeline bench: pipeline failed: {results['pipeline'].get('error', '')}",
@@ -1055,8 +1062,8 @@ def _check_service(argv: List[str]) -> None:
          "stopped).",
          positionals=(("ROLE", "'dispatcher' or 'worker' (a worker needs "
                                "--dispatcher_address)"),),
-         notes="Flags marked 'dispatcher:' or 'worker:' apply to that role only. See the "
-               "README's 'Scale out and resume' section for processing modes.",
+         notes="Flags marked 'dispatcher:' or 'worker:' apply to that role only. See "
+               "docs/scale-out.md for processing modes.",
          title="start a tf.data service dispatcher or worker", check=_check_service)
 def cmd_service(argv: List[str]) -> int:
     try:
@@ -1336,8 +1343,29 @@ def main(argv: List[str]) -> int:
         return _error(name, user_names(name, str(e)))
 
 
+class Stopped(KeyboardInterrupt):
+    """Ctrl-C, with what was finished (the message of the one line ``run`` prints)."""
+
+
 def run(argv: Optional[Sequence[str]] = None) -> None:
-    """Entry point of ``python -m pipeline`` and the ``pipeline`` console script."""
+    """Entry point of ``python -m pipeline`` and the ``pipeline`` console script.
+
+    Ctrl-C in any command ends it with one line on stderr ("pipeline: stopped
+    (Ctrl-C)", and what was finished) and exit status 130 (128 + SIGINT).
+    """
+    try:
+        _run(argv)
+    except KeyboardInterrupt as e:
+        how = str(e) if isinstance(e, Stopped) else "Ctrl-C"
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        print(f"pipeline: stopped ({how})", file=sys.stderr, flush=True)
+        sys.exit(130)
+
+
+def _run(argv: Optional[Sequence[str]] = None) -> None:
     argv = list(sys.argv if argv is None else argv)
     args = argv[1:]
     head = args[:args.index("--")] if "--" in args else args
