@@ -44,6 +44,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from pipeline import bmp as bmp_lib
 from pipeline import decode as decode_lib
 from pipeline import formats as _F
 
@@ -265,6 +266,28 @@ class MaskDecoder:
         return self._rgb(contents)
 
     def _index(self, contents):
+        """Gray 8-bit PNGs (most label-ID masks) by ``decode_png(channels=1)`` alone,
+        inline; every other mask by ``_index_general``, in a function call
+        (``bmp.unlowered_case``) only they make. Both give the same classes."""
+        words = decode_lib.header_words(contents)
+        w0, w1, _, w3, width, height, w6, _ = tf.unstack(words, num=decode_lib.HEADER_WORDS)
+        # PNG signature, then IHDR: width, height, bit depth 8 and colour type 0 (gray)
+        gray8 = (tf.equal(w0, 0x89504E47) & tf.equal(w1, 0x0D0A1A0A)
+                 & tf.equal(w3, 0x49484452) & tf.equal(tf.bitwise.right_shift(w6, 16), 0x0800)
+                 & (width > 0) & (height > 0)
+                 & (width * height <= self.decoder.max_pixels))
+
+        def gray():
+            return tf.io.decode_png(contents, channels=1), tf.constant("")
+
+        def general():
+            return bmp_lib.unlowered_case(tf.constant(0), [lambda: self._index_general(contents)])
+
+        mask, reason = tf.cond(gray8, gray, general)
+        mask.set_shape([None, None, 1])
+        return mask, reason
+
+    def _index_general(self, contents):
         is_png = tf.equal(decode_lib.sniff(contents), _F.PNG)
         sixteen = is_png & tf.equal(_u8(contents, 24), 16)
         rgb, reason = self.decoder.decode(to_indices(contents))

@@ -344,3 +344,44 @@ def test_tfrecords_carry_pairs_with_the_pixels_of_the_files(tmp_path):
                                      batch_size=None, include_paths=True)
     for x, y, p in native.as_numpy_iterator():
         np.testing.assert_array_equal(y[..., 0], expected[p.decode()])
+
+
+def test_gray_png_masks_fast_path_matches_pillow_and_keeps_the_checks(tmp_path):
+    """8-bit gray PNG masks (label-ID masks) decode by decode_png alone: the values
+    Pillow reads, interlaced or with a tRNS chunk; max_pixels and a cut file are
+    still named."""
+    gray = np.random.default_rng(3).integers(0, 40, (30, 20)).astype(np.uint8)
+    im = Image.fromarray(gray)
+    saves = {"plain": {}, "interlaced": {"interlace": 1}, "trns": {"transparency": 7}}
+    images, masks = [], []
+    for name, save in saves.items():
+        im.save(tmp_path / f"{name}_m.png", **save)
+        Image.new("RGB", (20, 30), (9, 9, 9)).save(tmp_path / f"{name}.png")
+        images.append(str(tmp_path / f"{name}.png"))
+        masks.append(str(tmp_path / f"{name}_m.png"))
+    for name in saves:
+        assert np.array_equal(np.asarray(Image.open(tmp_path / f"{name}_m.png")), gray), name
+    # a cut mask
+    whole = (tmp_path / "plain_m.png").read_bytes()
+    (tmp_path / "cut_m.png").write_bytes(whole[:len(whole) // 2])
+    Image.new("RGB", (20, 30)).save(tmp_path / "cut.png")
+    images.append(str(tmp_path / "cut.png"))
+    masks.append(str(tmp_path / "cut_m.png"))
+    ds = pipeline.from_paths(images, masks=masks, image_size=None, batch_size=None,
+                             shuffle=False, on_error="skip")
+    got = list(ds.as_numpy_iterator())
+    assert len(got) == 3
+    for _, m in got:
+        assert m.dtype == np.uint8 and m.shape == (30, 20, 1)
+        np.testing.assert_array_equal(m[..., 0], gray)
+    (err,) = pipeline.errors(ds)
+    assert err.path == images[-1]
+    # over max_pixels: refused from the header, naming the limit (in a graph too)
+    dec = masks_lib.MaskDecoder("index", None, decode_lib.Decoder(3, max_pixels=500))
+    for fn in (dec.decode, tf.function(dec.decode)):
+        mask, reason = fn(tf.constant(whole))
+        assert "max_pixels=500" in reason.numpy().decode(), reason
+    mask, reason = tf.function(masks_lib.MaskDecoder(
+        "index", None, decode_lib.Decoder(3)).decode)(tf.constant(whole))
+    assert reason.numpy() == b""
+    np.testing.assert_array_equal(mask.numpy()[..., 0], gray)
