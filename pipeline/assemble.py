@@ -313,7 +313,7 @@ def _optional_decoders(hinted, remote: bool, service: bool = False):
         wanted |= {"tiff"}
     if stack.core_webp():
         wanted.discard("webp")
-    if not service and "avif" in decode_lib.pillow_plugins():
+    if not service and "avif" in stack.pillow_plugins():
         wanted.discard("avif")
     wanted &= {"webp", "tiff", "avif"}
     if not wanted:

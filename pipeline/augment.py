@@ -414,8 +414,7 @@ class Augment:
                 shape = tf.shape(image)
                 size = (shape[0], shape[1])
             else:
-                from pipeline import config  # pylint: disable=import-outside-toplevel
-                size = config.check_image_size(output_size, None, name="output_size")
+                size = checks.check_image_size(output_size, None, name="output_size")
             if not crop_done:
                 oy, ox, ch, cw = self.crop_window(tf.shape(image), seed)
                 image = image[oy:oy + ch, ox:ox + cw]

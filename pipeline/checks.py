@@ -12,7 +12,7 @@ import inspect
 import numbers
 import os
 import socket
-from typing import Any, Callable, Dict, Iterable, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -208,3 +208,39 @@ def known_keywords(extra: Iterable[str] = (), hints: Optional[Dict[str, str]] = 
             return fn(*args, **kwargs)
         return checked
     return deco
+
+
+def check_image_size(image_size, batch_size=None, name: str = "image_size"
+                     ) -> Optional[Tuple[int, int]]:
+    """``image_size``: (height, width) in pixels as two positive ints, or None (native size).
+
+    An int ``n`` means (n, n). None needs ``batch_size=None``: images of
+    different sizes cannot be batched. ``name``: the argument's name in the
+    message (``Augment``'s ``output_size`` takes the same values).
+
+    Returns:
+        ``(height, width)`` as Python ints, or None.
+
+    Raises:
+        ValueError: "`image_size` must be (height, width) of positive integers or
+            None. Received: image_size=..."
+    """
+    r = received
+    if image_size is None:
+        if batch_size is not None:
+            raise ValueError(
+                f"`{name}=None` (native size) needs `batch_size=None`, since "
+                f"images of different sizes cannot be batched. {r('batch_size', batch_size)}")
+        return None
+    bad = ValueError(f"`{name}` must be (height, width) of positive integers or None. "
+                     f"{r(name, image_size)}")
+    if isinstance(image_size, numbers.Integral) and not isinstance(image_size, (bool, np.bool_)):
+        image_size = (image_size, image_size)
+    try:
+        h, w = image_size
+    except (TypeError, ValueError):
+        raise bad from None
+    for v in (h, w):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v <= 0:
+            raise bad
+    return (int(h), int(w))

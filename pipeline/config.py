@@ -18,6 +18,9 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline import checks
+# image_size's check lives with the low-level checks (Augment's output_size uses it
+# too, and config imports augment); config.check_image_size is the same function.
+from pipeline.checks import check_image_size  # noqa: F401
 from pipeline.augment import Augment
 
 LABEL_MODES = ("int", "categorical", "binary", "multi_hot", "float", None)
@@ -320,42 +323,6 @@ def check_on_error(on_error) -> str:
         ValueError: "`on_error` must be one of ['raise', 'skip']. Received: on_error=..."
     """
     return checks.check_choice("on_error", on_error, ON_ERROR)
-
-
-def check_image_size(image_size, batch_size=None, name: str = "image_size"
-                     ) -> Optional[Tuple[int, int]]:
-    """``image_size``: (height, width) in pixels as two positive ints, or None (native size).
-
-    An int ``n`` means (n, n). None needs ``batch_size=None``: images of
-    different sizes cannot be batched. ``name``: the argument's name in the
-    message (``Augment``'s ``output_size`` takes the same values).
-
-    Returns:
-        ``(height, width)`` as Python ints, or None.
-
-    Raises:
-        ValueError: "`image_size` must be (height, width) of positive integers or
-            None. Received: image_size=..."
-    """
-    r = checks.received
-    if image_size is None:
-        if batch_size is not None:
-            raise ValueError(
-                f"`{name}=None` (native size) needs `batch_size=None`, since "
-                f"images of different sizes cannot be batched. {r('batch_size', batch_size)}")
-        return None
-    bad = ValueError(f"`{name}` must be (height, width) of positive integers or None. "
-                     f"{r(name, image_size)}")
-    if isinstance(image_size, numbers.Integral) and not isinstance(image_size, (bool, np.bool_)):
-        image_size = (image_size, image_size)
-    try:
-        h, w = image_size
-    except (TypeError, ValueError):
-        raise bad from None
-    for v in (h, w):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v <= 0:
-            raise bad
-    return (int(h), int(w))
 
 
 def check_cache(cache):

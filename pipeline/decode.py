@@ -757,28 +757,6 @@ def diagnose(contents, fmt):
 
 # ---------------------------------------------------------------- fallback
 
-def pillow_plugins() -> Set[str]:
-    """Formats Pillow can decode here beyond its own: "heif" (pillow-heif), "avif"
-    (pillow-avif-plugin or Pillow's own AVIF support)."""
-    found = set()
-    try:
-        import pillow_heif  # pylint: disable=import-outside-toplevel
-        pillow_heif.register_heif_opener()
-        found.add("heif")
-    except ImportError:
-        pass
-    from PIL import features  # pylint: disable=import-outside-toplevel
-    if "avif" in features.get_supported_modules() and features.check_module("avif"):
-        found.add("avif")  # Pillow >= 11.3 wheels carry libavif
-    else:
-        try:
-            import pillow_avif  # noqa: F401  pylint: disable=import-outside-toplevel
-            found.add("avif")
-        except ImportError:
-            pass
-    return found
-
-
 def pillow_image(contents: bytes) -> np.ndarray:
     """Slow fallback, in Python: the first frame (page) of an image, decoded by
     Pillow, as uint8 ``[height, width, n]``: n = 1 (gray), 2 (gray + alpha),
@@ -796,7 +774,7 @@ def pillow_image(contents: bytes) -> np.ndarray:
     Raises whatever Pillow raises for a file it cannot decode.
     """
     from PIL import Image, ImageCms, ImageOps  # pylint: disable=import-outside-toplevel
-    pillow_plugins()
+    stack.pillow_plugins()
     with Image.open(io.BytesIO(contents)) as im:
         im.seek(0)
         im.load()
@@ -879,7 +857,7 @@ class Decoder:
         self.fallback = fallback
         self.others_in_graph = others_in_graph or not fallback
         self.core_webp = stack.core_webp()
-        self.plugins = pillow_plugins() if fallback else set()
+        self.plugins = stack.pillow_plugins() if fallback else set()
         self._fallback_seen: Set[str] = set()   # kinds the fallback has logged
         self._fallback_lock = threading.Lock()
         self.fallback_stats = [0, 0.0]  # files the Pillow fallback decoded, seconds in it

@@ -87,25 +87,6 @@ def _choice() -> str:
     return value
 
 
-@functools.lru_cache(maxsize=None)
-def _fsspec_problem(protocol: str) -> str:
-    """"" when fsspec can open ``protocol`` here, else why not (naming the install)."""
-    try:
-        import fsspec  # pylint: disable=import-outside-toplevel
-        fsspec.get_filesystem_class(protocol)
-    except ImportError as e:
-        extra = "'tf-image-pipeline[s3]'" if protocol in ("s3", "s3a") else "fsspec"
-        return f"fsspec cannot open {protocol}:// here ({e}); pip install {extra}"
-    except ValueError as e:  # unknown protocol
-        return f"fsspec knows no {protocol}:// file system ({e})"
-    return ""
-
-
-def fsspec_available(protocol: str) -> bool:
-    """fsspec can open ``protocol`` (e.g. "s3") here: its package for it is installed."""
-    return not _fsspec_problem(protocol)
-
-
 def reader(uri: str) -> str:
     """Which reader serves ``uri``: "local", "tensorflow" (TensorFlow's file systems,
     tensorflow-io's among them) or "fsspec".
@@ -128,7 +109,7 @@ def reader(uri: str) -> str:
     choice = _choice()
     if choice != "fsspec" and stack.tfio_status().available:
         return "tensorflow"
-    problem = _fsspec_problem(s)
+    problem = stack.fsspec_problem(s)
     if choice != "tensorflow-io" and not problem:
         return "fsspec"
     tfio = stack.needs_tfio_message(f"{s}:// paths", uri)

@@ -279,7 +279,7 @@ def stack_line() -> str:
     if st.available:
         tfio = f"tensorflow-io {st.version}: TIFF, AVIF, s3://"
     else:
-        s3 = ("s3:// through fsspec" if read.fsspec_available("s3") else
+        s3 = ("s3:// through fsspec" if stack.fsspec_available("s3") else
               "s3:// needs pip install 'tf-image-pipeline[s3]'")
         tfio = (f"tensorflow-io's ops do not load here: TIFF and AVIF through the Pillow "
                 f"fallback (slow path), {s3}")

@@ -28,7 +28,7 @@ import re
 import sys
 import threading
 import warnings
-from typing import Optional
+from typing import Optional, Set
 
 import tensorflow as tf
 from absl import logging
@@ -376,17 +376,52 @@ BMP_DECODERS = ("tensorflow (24-bit uncompressed); other variants (1/4/8-bit pal
                 "the Pillow fallback (slow path)")
 
 
+def pillow_plugins() -> Set[str]:
+    """Formats Pillow can decode here beyond its own: "heif" (pillow-heif), "avif"
+    (pillow-avif-plugin or Pillow's own AVIF support)."""
+    found = set()
+    try:
+        import pillow_heif  # pylint: disable=import-outside-toplevel
+        pillow_heif.register_heif_opener()
+        found.add("heif")
+    except ImportError:
+        pass
+    from PIL import features  # pylint: disable=import-outside-toplevel
+    if "avif" in features.get_supported_modules() and features.check_module("avif"):
+        found.add("avif")  # Pillow >= 11.3 wheels carry libavif
+    else:
+        try:
+            import pillow_avif  # noqa: F401  pylint: disable=import-outside-toplevel
+            found.add("avif")
+        except ImportError:
+            pass
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def fsspec_problem(protocol: str) -> str:
+    """"" when fsspec can open ``protocol`` here, else why not (naming the install)."""
+    try:
+        import fsspec  # pylint: disable=import-outside-toplevel
+        fsspec.get_filesystem_class(protocol)
+    except ImportError as e:
+        extra = "'tf-image-pipeline[s3]'" if protocol in ("s3", "s3a") else "fsspec"
+        return f"fsspec cannot open {protocol}:// here ({e}); pip install {extra}"
+    except ValueError as e:  # unknown protocol
+        return f"fsspec knows no {protocol}:// file system ({e})"
+    return ""
+
+
+def fsspec_available(protocol: str) -> bool:
+    """fsspec can open ``protocol`` (e.g. "s3") here: its package for it is installed."""
+    return not fsspec_problem(protocol)
+
+
 def _avif_decoder(tfio_ok: bool) -> Optional[str]:
     """Who decodes AVIF here: Pillow where it reads AVIF, else tensorflow-io, else None."""
-    from pipeline import decode  # pylint: disable=import-outside-toplevel  (decode imports stack)
-    if "avif" in decode.pillow_plugins():
+    if "avif" in pillow_plugins():
         return "Pillow fallback (slow path)"
     return "tensorflow-io" if tfio_ok else None
-
-
-def _fsspec_available(protocol: str) -> bool:
-    from pipeline import read  # pylint: disable=import-outside-toplevel  (read imports stack)
-    return read.fsspec_available(protocol)
 
 
 def doctor() -> dict:
@@ -407,7 +442,7 @@ def doctor() -> dict:
     filesystems = {"local": "file" in schemes or not schemes,
                    "gs": "gs" in schemes}
     for s in ("s3", "hdfs", "az"):
-        filesystems[s] = (s in schemes and tfio_ok) or _fsspec_available(s)
+        filesystems[s] = (s in schemes and tfio_ok) or fsspec_available(s)
     cpus = cpu_count()
     return {
         "python": platform.python_version(),

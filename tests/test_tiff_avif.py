@@ -19,6 +19,7 @@ from PIL import Image, ImageCms, features
 
 import pipeline
 from pipeline import decode as decode_lib
+from pipeline import stack
 from conftest import drain
 
 H, W = 13, 17
@@ -30,7 +31,7 @@ F32 = np.concatenate([RNG.random((H, W - 2), dtype=np.float32),
 NIB = RNG.integers(0, 16, (H, W, 1))
 PALETTE16 = RNG.integers(0, 65536, 3 * 16)
 
-AVIF_OK = "avif" in decode_lib.pillow_plugins()
+AVIF_OK = "avif" in stack.pillow_plugins()
 
 
 def write_tiff(pages, big_endian=False):

@@ -69,7 +69,7 @@ def test_heic_is_listed_and_named(name):
     assert drain(ds) == []
     (rec,) = pipeline.errors(ds)
     assert rec.path == path and "HEIC/HEIF" in rec.reason
-    installed = "heif" in __import__("pipeline.decode").decode.pillow_plugins()
+    installed = "heif" in __import__("pipeline.stack").stack.pillow_plugins()
     assert installed or "pip install pillow-heif" in rec.reason
     with pytest.raises(tf.errors.InvalidArgumentError, match="HEIC/HEIF"):
         list(pipeline.from_paths([path], image_size=(8, 8)))
