@@ -4,13 +4,13 @@ They use what a library must not depend on: torch, TF1 queue runners
 (``tf.compat.v1.train``), a Keras-private adapter
 (``keras.src...PyDatasetAdapter``) and the legacy ``ImageDataGenerator``.
 Importing this module registers them with the package's harness
-(``pipeline.bench.register``) beside the public-API candidates of
-``pipeline.candidates``; the harness records this module's name, and its
+(``pipeline.benchmarking.harness.register``) beside the public-API candidates of
+``pipeline.benchmarking.candidates``; the harness records this module's name, and its
 subprocess worker puts this folder on ``PYTHONPATH`` to import it again.
 
     import sys; sys.path.insert(0, "benchmarks")
     import candidates                      # registers tf1_queue, pydataset, ...
-    from pipeline import bench
+    from pipeline.benchmarking import harness as bench
     bench.run_candidates(["pipeline", "tf1_queue"], spec)
 
 Candidates added here:
@@ -66,11 +66,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from pipeline import bench  # noqa: E402
-from pipeline import candidates as public  # noqa: E402,F401  (registers pipeline, keras, ...)
+from pipeline.benchmarking import harness as bench  # noqa: E402
+from pipeline.benchmarking import candidates as public  # noqa: E402,F401  (registers pipeline, keras, ...)
 from pipeline import config as config_lib  # noqa: E402
 from pipeline import sample  # noqa: E402
-from pipeline.candidates import pil_load  # noqa: E402
+from pipeline.benchmarking.candidates import pil_load  # noqa: E402
 
 DATA_DIR_HELP = ("Default: $PIPELINE_DATA_DIR, else "
                  "../shared/data/imagenet-sample next to the repository, else a generated "

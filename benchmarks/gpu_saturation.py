@@ -153,7 +153,7 @@ def main(argv):
         if not FLAGS.num_images and not FLAGS.sample_images:
             FLAGS.num_images = 64
     FLAGS.data_dir = _data_dir(FLAGS.data_dir)
-    from pipeline import bench
+    from pipeline.benchmarking import harness as bench
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = FLAGS.data_dir
         if FLAGS.sample_images:

@@ -2,7 +2,7 @@
 
 ``pipeline`` is ``pipeline.from_directory`` with its guards on (header guard,
 format sniffing, failure attribution, on_error policy). ``plain`` is
-``pipeline.bench``'s hand-tuned tf.data with the same tuning (shuffle paths,
+``pipeline.benchmarking.harness``'s hand-tuned tf.data with the same tuning (shuffle paths,
 ``decode_jpeg`` + the same ``transform.resize``, map with 2x cores parallel
 calls, batch, prefetch 2, autotune off) and no guards. Each run is its own
 subprocess; the two alternate for ``--repeats`` rounds; medians of images/s
@@ -39,7 +39,7 @@ from pipeline import sample  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from pipeline import bench  # noqa: E402
+from pipeline.benchmarking import harness as bench  # noqa: E402
 from pipeline import index as index_lib  # noqa: E402
 import candidates as _peers  # noqa: E402  (benchmarks/candidates.py)
 

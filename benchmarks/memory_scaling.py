@@ -3,7 +3,7 @@
 Builds, for each size in ``--sizes``, a temporary folder of class sub-folders
 filled with symlinks to the real photos of ``--data_dir`` (repeated
 round-robin), then runs one epoch of each candidate in its own subprocess
-(``python -m pipeline.bench``: ``VmHWM`` is the candidate's own peak):
+(``python -m pipeline.benchmarking.harness``: ``VmHWM`` is the candidate's own peak):
 
   pipeline  ``pipeline.from_directory`` (streams: memory should not follow
                  the file count);
@@ -37,7 +37,7 @@ from pipeline import sample  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from pipeline import bench  # noqa: E402
+from pipeline.benchmarking import harness as bench  # noqa: E402
 import candidates as _peers  # noqa: E402  (benchmarks/candidates.py)
 
 FLAGS = flags.FLAGS

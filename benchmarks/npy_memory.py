@@ -28,7 +28,7 @@ import time
 
 from absl import app, flags
 
-from pipeline import bench
+from pipeline.benchmarking import harness as bench
 
 flags.DEFINE_integer("shard_mb", 4, "MiB of inputs per shard.")
 flags.DEFINE_integer("num_shards", 3, "Shards written.")

@@ -1,8 +1,8 @@
 """``pipeline`` beside its peers, on the same files, in one run.
 
-Candidates (see ``pipeline/candidates.py`` and ``benchmarks/candidates.py`` for
+Candidates (see ``pipeline/benchmarking/candidates.py`` and ``benchmarks/candidates.py`` for
 exactly what each does), each in
-its own subprocess (``python -m pipeline.bench``) so that its peak RSS
+its own subprocess (``python -m pipeline.benchmarking.harness``) so that its peak RSS
 (``VmHWM``) is its own; with ``--repeats`` > 1 they are alternated round by
 round and the medians reported:
 
@@ -50,7 +50,7 @@ from pipeline import sample  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from pipeline import bench  # noqa: E402
+from pipeline.benchmarking import harness as bench  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
 from pipeline import index as index_lib  # noqa: E402
 import candidates as _peers  # noqa: E402  (benchmarks/candidates.py)

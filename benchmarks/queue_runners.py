@@ -25,7 +25,7 @@ from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (pu
 from candidates import data_dir as _data_dir  # noqa: E402
 from pipeline import sample  # noqa: E402
 
-from pipeline import bench
+from pipeline.benchmarking import harness as bench
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", None, "Folder of JPEG files (searched recursively). " + DATA_DIR_HELP)

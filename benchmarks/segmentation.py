@@ -7,7 +7,7 @@ the photo's luminance (Pillow ``convert("L")``) thresholded into 4 classes (0-63
 64-127, 128-191, 192-255 -> 0-3), saved as a gray PNG (``seg_candidates.mask_of``).
 Then the candidates of ``benchmarks/seg_candidates.py`` (see there for what each does)
 read the pairs at ``--image_size``, each run in its own fresh process
-(``pipeline.bench``), alternated round by round over ``--rounds``, medians reported:
+(``pipeline.benchmarking.harness``), alternated round by round over ``--rounds``, medians reported:
 
   seg_pipeline        pipeline.from_paths(images, masks=masks)
   seg_pipeline_train  the same + Augment(random_resized_crop, horizontal_flip)
@@ -38,7 +38,7 @@ from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (pu
 from candidates import data_dir as _data_dir  # noqa: E402
 from candidates import symlink_tree  # noqa: E402
 import seg_candidates  # noqa: E402  (registers the seg_* candidates)
-from pipeline import bench  # noqa: E402
+from pipeline.benchmarking import harness as bench  # noqa: E402
 from pipeline import config as config_lib  # noqa: E402
 from pipeline import index as index_lib  # noqa: E402
 from pipeline import sample  # noqa: E402

@@ -38,7 +38,7 @@ from candidates import data_dir as _data_dir  # noqa: E402
 import candidates as _peers  # noqa: E402
 from pipeline import sample  # noqa: E402
 
-from pipeline import bench
+from pipeline.benchmarking import harness as bench
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", None, "Class-folder image root. " + DATA_DIR_HELP)

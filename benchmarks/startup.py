@@ -494,7 +494,7 @@ def main(argv):
     out["command"] = "python benchmarks/startup.py " + " ".join(
         f"--{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in (
             ("sizes", sizes), ("repeats", FLAGS.repeats), ("num_classes", FLAGS.num_classes)))
-    from pipeline import bench
+    from pipeline.benchmarking import harness as bench
     bench.write_json(FLAGS.json_out, out)
     print()
     print(format_table(out))

@@ -4,7 +4,7 @@
 Writes the files of ``--data_dir`` twice to TFRecord shards (``pipeline.write_tfrecords``,
 same order): as they are (``original``) and re-encoded with the shorter side at
 ``--max_resolution`` (``stored``, JPEG ``--jpeg_quality``). Then runs, alternated
-``--repeats`` times, each in its own subprocess (``pipeline.bench``):
+``--repeats`` times, each in its own subprocess (``pipeline.benchmarking.harness``):
 
   records        pipeline.from_tfrecords, eval mode (resize to --image_size)
   records_train  the same with Augment(random_resized_crop=True, horizontal_flip=True)
@@ -28,7 +28,7 @@ from absl import app, flags
 from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
 from candidates import data_dir as _data_dir  # noqa: E402
 import candidates as _peers  # noqa: E402,F401  (registers records, records_train)
-from pipeline import bench  # noqa: E402
+from pipeline.benchmarking import harness as bench  # noqa: E402
 from pipeline import checks  # noqa: E402
 from pipeline import sample  # noqa: E402
 

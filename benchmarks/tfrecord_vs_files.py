@@ -21,7 +21,7 @@ from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (pu
 from candidates import data_dir as _data_dir  # noqa: E402
 from pipeline import sample  # noqa: E402
 
-from pipeline import bench
+from pipeline.benchmarking import harness as bench
 
 flags.DEFINE_string("data_dir", None, "Folder of images. " + DATA_DIR_HELP)
 flags.DEFINE_integer("num_images", 64, "Images used.")

@@ -2,8 +2,8 @@
 
 The model is one number measured on the user's own files and options: the
 pipeline's cost per image, as **images per CPU-second** (steady state, after
-each epoch's first batch, measured by the benchmark harness in its own
-subprocess, alternated ``repeats`` times; the median is used). Decoding and
+each epoch's first batch, measured in this process by ``measure_cost``,
+``repeats`` times; the median is used). Decoding and
 resizing are embarrassingly parallel, so the CPU time per image does not
 depend on how many cores share the work, and
 
@@ -39,6 +39,8 @@ __all__ = ["CapacityPlan", "capacity_plan", "measure_cost"]
 
 DEFAULT_HEADROOM = 1.25
 DEFAULT_WORKER_CORES = 8
+# ``measure_cost`` times the batches after each epoch's first and needs at least this many.
+MIN_TIMED_BATCHES = 2
 
 
 def _n(count: int, noun: str) -> str:
@@ -168,11 +170,12 @@ def measure_cost(data_dir: str, image_size: Sequence[int] = (224, 224), batch_si
                  on_error: str = "raise", seed: int = 0, progress: bool = False) -> dict:
     """Measures the pipeline's cost per image on these files with these options.
 
-    Runs ``pipeline.from_directory(data_dir, image_size=..., batch_size=...)``
+    Builds ``pipeline.from_directory(data_dir, image_size=..., batch_size=...)``
     (with ``augment=True``: ``Augment(random_resized_crop=True,
-    horizontal_flip=True)``, the benchmark's ``pipeline_train``) through the
-    benchmark harness: ``repeats`` runs of ``epochs`` epochs, each in a fresh
-    subprocess using every core of this machine.
+    horizontal_flip=True)``) in this process, ``repeats`` times, and iterates
+    ``epochs`` epochs of each. Each epoch's first batch is not timed; the
+    batches after it are timed by this process's CPU time
+    (``time.process_time``: every thread of tf.data's) and by the wall clock.
 
     Args:
         data_dir: str, a class-folder directory.
@@ -183,7 +186,7 @@ def measure_cost(data_dir: str, image_size: Sequence[int] = (224, 224), batch_si
         repeats: int >= 1, runs; the median is used.
         on_error: "raise" or "skip" (``from_directory``'s).
         seed: int in [0, 2**63) or None, shuffle seed.
-        progress: bool, tqdm bars on stderr.
+        progress: bool, a tqdm bar per epoch on stderr.
 
     Returns:
         dict: ``images_per_cpu_sec`` (median steady-state images per
@@ -191,16 +194,20 @@ def measure_cost(data_dir: str, image_size: Sequence[int] = (224, 224), batch_si
         (median), ``cores_used`` (median CPU-seconds per second), and what
         was measured (``data_dir`` label, ``num_images``, ``image_size``,
         ``batch_size``, ``augment``, ``epochs``, ``machine_cores``,
-        ``candidate``).
+        ``candidate``: "pipeline" or "pipeline_train").
 
     Raises:
         ValueError: a bad argument, or too few files for 2 timed batches per
-            epoch (``pipeline.bench.min_images(batch_size)``, 2 x
-            ``batch_size`` + 1: each epoch's first batch is not timed).
-        RuntimeError: the measuring subprocess failed.
+            epoch (2 x ``batch_size`` + 1: each epoch's first batch is not
+            timed).
     """
-    from pipeline import bench
-    from pipeline import candidates  # noqa: F401  registers "pipeline", "pipeline_train"
+    import statistics
+    import sys
+    import time
+
+    from tqdm.auto import tqdm
+
+    import pipeline
     from pipeline import config
     from pipeline import index as index_lib
     from pipeline import sample
@@ -211,22 +218,43 @@ def measure_cost(data_dir: str, image_size: Sequence[int] = (224, 224), batch_si
     config.check_on_error(on_error)
     seed = config.check_seed(seed)
     idx = index_lib.index_directory(data_dir)
-    if bench.timed_batches(len(idx), batch_size) < bench.MIN_TIMED_BATCHES:
+    if max(0, -(-len(idx) // batch_size) - 1) < MIN_TIMED_BATCHES:
         raise ValueError(
-            f"measuring the cost needs at least {bench.MIN_TIMED_BATCHES} timed batches per "
+            f"measuring the cost needs at least {MIN_TIMED_BATCHES} timed batches per "
             "epoch (each epoch's first batch is not timed): at least "
-            f"{bench.min_images(batch_size)} files with batch_size={batch_size}. Received: "
-            f"{len(idx)} files in data_dir={sample.data_dir_label(data_dir)!r}, "
+            f"{MIN_TIMED_BATCHES * batch_size + 1} files with batch_size={batch_size}. "
+            f"Received: {len(idx)} files in data_dir={sample.data_dir_label(data_dir)!r}, "
             f"batch_size={batch_size}")
-    name = "pipeline_train" if augment else "pipeline"
-    spec = {"data_dir": data_dir, "image_size": size, "batch_size": batch_size,
-            "epochs": epochs, "seed": seed, "num_images": len(idx),
-            "options": {"on_error": on_error}}
-    result = bench.run_candidates([name], spec, repeats=repeats, progress=progress)[name]
-    s = bench.spread(result, "steady_images_per_cpu_sec")
-    return {"images_per_cpu_sec": s["median"], "min": s["min"], "max": s["max"],
-            "runs": s["runs"], "images_per_sec": result["images_per_sec"],
-            "cores_used": result["steady_cpu_cores_used"], "candidate": name,
+    aug = pipeline.Augment(random_resized_crop=True, horizontal_flip=True) if augment else None
+    runs = []
+    for run in range(repeats):
+        ds = pipeline.from_directory(data_dir, image_size=tuple(size), batch_size=batch_size,
+                                     seed=seed, augment=aug, on_error=on_error)
+        n = cpu = wall = 0.0
+        for epoch in range(epochs):
+            t0 = c0 = None
+            with tqdm(total=len(idx), unit="img", leave=False, file=sys.stderr,
+                      disable=not progress,
+                      desc=f"cost run {run + 1}/{repeats} epoch {epoch + 1}/{epochs}") as bar:
+                for images, _ in ds:
+                    b = int(images.shape[0])
+                    if t0 is None:  # the epoch's first batch: its start-up, not timed
+                        t0, c0 = time.perf_counter(), time.process_time()
+                    else:
+                        n += b
+                    bar.update(b)
+            if t0 is not None:
+                wall += time.perf_counter() - t0
+                cpu += time.process_time() - c0
+        runs.append({"images_per_cpu_sec": n / cpu if cpu > 0 else float("nan"),
+                     "images_per_sec": n / wall if wall > 0 else float("nan"),
+                     "cores_used": cpu / wall if wall > 0 else float("nan")})
+    costs = [r["images_per_cpu_sec"] for r in runs]
+    return {"images_per_cpu_sec": statistics.median(costs), "min": min(costs),
+            "max": max(costs), "runs": len(runs),
+            "images_per_sec": statistics.median(r["images_per_sec"] for r in runs),
+            "cores_used": statistics.median(r["cores_used"] for r in runs),
+            "candidate": "pipeline_train" if augment else "pipeline",
             "data_dir": sample.data_dir_label(data_dir), "num_images": len(idx),
             "image_size": size, "batch_size": batch_size, "augment": bool(augment),
             "epochs": epochs, "machine_cores": checks.cpu_count()}

@@ -103,7 +103,7 @@ _define(flags.DEFINE_integer, "repeats", 5, "Runs per candidate, alternated roun
 _define(flags.DEFINE_list, "compare", ["keras"], "Candidates to run beside pipeline "
         "(empty for none): pipeline_train, pipeline_train_nofast, pipeline_center_crop, keras, "
         "keras_crop, keras_aug, plain, generator, in_memory, decode_limit "
-        "(pipeline/candidates.py).", ["bench"])
+        "(pipeline/benchmarking/candidates.py).", ["bench"])
 _define(flags.DEFINE_integer, "sample_images", 512, "Images in the built-in sample (when "
         "no --data_dir).", ["bench"])
 _define(flags.DEFINE_integer, "seed", 0, {
@@ -532,7 +532,8 @@ def _finite(value) -> bool:
 def _too_few_images(num_images: int, data_dir: Optional[str]) -> str:
     """Why ``num_images`` images per epoch give no figure at --batch_size, and the values
     that do (``bench.MIN_TIMED_BATCHES`` timed batches per epoch)."""
-    from pipeline import bench, sample
+    from pipeline import sample
+    from pipeline.benchmarking import harness as bench
     bs = FLAGS.batch_size
     need = bench.min_images(bs)
     if FLAGS.data_dir is None and not os.environ.get(sample.DATA_DIR_ENV):
@@ -622,8 +623,8 @@ def _check_bench_mode() -> None:
 
 
 def _check_bench(argv: List[str]) -> None:
-    from pipeline import bench
-    from pipeline import candidates  # noqa: F401  the registry (imports no TensorFlow)
+    from pipeline.benchmarking import harness as bench
+    from pipeline.benchmarking import candidates  # noqa: F401  the registry (imports no TensorFlow)
     from pipeline import sample
 
     if len(argv) != 1:
@@ -683,8 +684,8 @@ def _check_bench(argv: List[str]) -> None:
          title="images/s, images per CPU-second, first batch, peak RSS beside peers",
          arg_names={"directory": "--data_dir"}, check=_check_bench)
 def cmd_bench(argv: List[str]) -> int:
-    from pipeline import bench
-    from pipeline import candidates  # noqa: F401  registers the public-API candidates
+    from pipeline.benchmarking import harness as bench
+    from pipeline.benchmarking import candidates  # noqa: F401  registers the public-API candidates
     from pipeline import sample
 
     names = _bench_names()

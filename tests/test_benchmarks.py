@@ -146,7 +146,7 @@ def peers_module():
 def test_dali_peer_runs_or_says_why_not(photos, peers_module, monkeypatch):
     """DALI's CPU pipeline where nvidia-dali-cuda120 is installed; elsewhere the
     harness skips it, before starting a subprocess, with the install hint."""
-    from pipeline import bench
+    from pipeline.benchmarking import harness as bench
     spec = {"data_dir": photos, "image_size": [48, 40], "batch_size": 8, "epochs": 1,
             "seed": 0, "num_images": N}
     if _dali_installed():
@@ -272,7 +272,7 @@ def test_service_scaling_one_worker(photos, tmp_path):
 def test_single_batch_epochs_have_no_steady_state():
     """One batch per epoch leaves nothing after the first batch: NaN, never 0 images/s."""
     import numpy as np
-    from pipeline import bench
+    from pipeline.benchmarking import harness as bench
     one = bench.measure(lambda spec: [np.zeros((4, 2))], {"name": "x", "epochs": 2},
                         progress=False)
     assert math.isnan(one["images_per_sec"]) and math.isnan(one["steady_images_per_cpu_sec"])
@@ -397,7 +397,7 @@ def test_grain_peer_runs_or_says_why_not(photos, peers_module, monkeypatch):
     """Grain (MapDataset + Pillow in mp_prefetch worker processes) where it is installed:
     every image once per epoch, across two epochs of one iterator; elsewhere skipped,
     before a subprocess starts, with the install hint."""
-    from pipeline import bench
+    from pipeline.benchmarking import harness as bench
     spec = {"data_dir": photos, "image_size": [48, 40], "batch_size": 8, "epochs": 2,
             "seed": 0, "num_images": N}
     if _grain_installed():
@@ -419,7 +419,7 @@ def test_grain_peer_runs_or_says_why_not(photos, peers_module, monkeypatch):
 def test_cpu_seconds_counts_worker_processes():
     """A loader's worker processes burn CPU outside this process: cpu_seconds counts a
     live child's CPU (process_time does not)."""
-    from pipeline import bench
+    from pipeline.benchmarking import harness as bench
     import time
     child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
                               "while time.process_time() - t < 1.0: pass\nimport sys\n"

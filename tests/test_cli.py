@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from conftest import run_cli
-from pipeline import bench, cli, sample
+from pipeline import cli, sample
+from pipeline.benchmarking import harness as bench
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -100,7 +101,7 @@ def test_usage_errors_exit_2_with_the_usage_line(args, says):
 def test_usage_errors_show_lists_as_typed_not_as_python_lists():
     """`--compare=keras,nope` was echoed as `['keras', 'nope']`, a Python list the user never
     typed (issue #15): list flags read back comma-separated, positionals as on the shell."""
-    from pipeline import candidates  # noqa: F401  registers them, as the command does
+    from pipeline.benchmarking import candidates  # noqa: F401  registers them, as the command does
     known = ", ".join(sorted(bench.CANDIDATES))
     cases = [
         (("bench", "--compare=keras,nope,nada"),
@@ -210,8 +211,8 @@ def test_register_refuses_main_and_records_the_module():
     with pytest.raises(ValueError, match="importable module"):
         bench.register("from_main", factory)
     assert "from_main" not in bench.CANDIDATES
-    from pipeline import candidates  # noqa: F401
-    assert bench.MODULES["pipeline"] == "pipeline.candidates"
+    from pipeline.benchmarking import candidates  # noqa: F401
+    assert bench.MODULES["pipeline"] == "pipeline.benchmarking.candidates"
     assert not {"torch", "tf1_queue", "pydataset", "keras_idg"} & set(bench.CANDIDATES) or \
         "candidates" in sys.modules  # only benchmarks/candidates.py adds the peers
 
@@ -220,7 +221,7 @@ def test_a_candidate_registered_outside_the_package_runs_in_its_subprocess(tmp_p
     """The worker imports the module that registered a candidate, from its folder."""
     (tmp_path / "my_peers.py").write_text(
         "import numpy as np\n"
-        "from pipeline import bench\n"
+        "from pipeline.benchmarking import harness as bench\n"
         "def _ones(spec):\n"
         "    return [np.ones((2, 1)), np.ones((3, 1))]\n"
         "bench.register('ones_peer', _ones, 'two tiny batches')\n")
@@ -841,7 +842,7 @@ def test_service_port_errors_name_the_port():
 
 def test_a_failed_candidates_reason_is_its_last_lines_without_tensorflow_start_up_lines():
     """A failed bench child's reason once began with TF 2.21's start-up lines, cut mid-line."""
-    from pipeline import bench
+    from pipeline.benchmarking import harness as bench
     stderr = "\n".join([
         "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
         "I0000 00:00:1796083960.110955   31660 port.cc:153] oneDNN custom operations are on.",

@@ -1,5 +1,5 @@
 """The benchmark candidates built on public APIs only, registered as
-``pipeline.bench`` candidates (``python -m pipeline bench --compare=...``, the
+``pipeline.benchmarking.harness`` candidates (``python -m pipeline bench --compare=...``, the
 notebooks and ``benchmarks/*.py`` share them).
 
 The optional peers (torch, TF1 queue runners, a Keras ``PyDataset`` through a
@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import time
 
-from pipeline import bench
+from pipeline.benchmarking import harness as bench
 from pipeline import checks
 
 # Importing this module imports no TensorFlow (each factory imports what it

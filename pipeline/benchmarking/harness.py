@@ -1,6 +1,6 @@
 """Benchmark harness: throughput, time to first batch and peak memory.
 
-Each candidate runs in its own subprocess (``python -m pipeline.bench SPEC``),
+Each candidate runs in its own subprocess (``python -m pipeline.benchmarking.harness SPEC``),
 so that its peak RSS is its own (``VmHWM`` from ``/proc/self/status``: a child
 inherits ``ru_maxrss`` across fork and exec) and one candidate's threads and
 caches do not slow the next. The CLI (``python -m pipeline bench``) and the
@@ -86,7 +86,7 @@ def max_batch_size(num_images: int) -> int:
 
 # --- candidates -------------------------------------------------------------
 # Filled by ``register``. The harness knows no candidate by itself:
-# ``pipeline.candidates`` registers the ones built on public APIs (the CLI
+# ``pipeline.benchmarking.candidates`` registers the ones built on public APIs (the CLI
 # imports it), ``benchmarks/candidates.py`` the optional peers (torch, TF1
 # queue runners, ...). Each candidate records the module that registered it,
 # which the subprocess worker imports again.
@@ -326,7 +326,7 @@ def run_candidate(spec: dict, timeout: Optional[float] = None, progress: bool = 
     spec = dict(spec, progress=progress)
     if spec["name"] in MODULES:
         spec.setdefault("module", MODULES[spec["name"]])
-    cmd = [sys.executable, "-m", "pipeline.bench", json.dumps(spec)]
+    cmd = [sys.executable, "-m", "pipeline.benchmarking.harness", json.dumps(spec)]
     if progress:  # the child's stderr (its bars, its error) shows live and is kept
         proc = _run_showing_stderr(cmd, env, timeout)
     else:
@@ -463,6 +463,34 @@ def check_spec(spec: dict, names: Sequence[str]) -> dict:
                          "they take it as Keras' and numpy's seeds, which are unsigned 32-bit. "
                          f"Received: seed={spec['seed']!r}")
     return spec
+
+
+def unknown_candidates(names: Sequence[str]) -> List[str]:
+    """The names in ``names`` that no candidate is registered under (``register``)."""
+    return [n for n in names if n and n not in CANDIDATES]
+
+
+def check_run(batch_size: int, num_images: int, epochs: int, repeats: int,
+              max_spread: Optional[float] = None,
+              target_images_per_sec: Optional[float] = None) -> None:
+    """Checks a run's numbers before any work (imports no TensorFlow).
+
+    ``batch_size``, ``num_images`` (of a generated sample), ``epochs``,
+    ``repeats``: integers >= 1; ``max_spread`` and ``target_images_per_sec``
+    (None: not given): finite numbers > 0.
+
+    Raises:
+        ValueError: naming the argument and the value received.
+    """
+    from pipeline import checks  # pylint: disable=import-outside-toplevel
+    for name, value in (("batch_size", batch_size), ("sample_images", num_images),
+                        ("epochs", epochs), ("repeats", repeats)):
+        checks.check_int(name, value)
+    for name, value in (("max_spread", max_spread),
+                        ("target_images_per_sec", target_images_per_sec)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"`{name}` must be a finite number > 0. "
+                             f"{checks.received(name, value)}")
 
 
 def run_candidates(names: List[str], base_spec: dict, repeats: int = 1,
@@ -908,5 +936,5 @@ def _worker(spec_json: str) -> None:
 if __name__ == "__main__":
     # Run in the imported module, where spec["imports"] modules register
     # their candidates (not in this __main__ copy of it).
-    from pipeline import bench as _bench
+    from pipeline.benchmarking import harness as _bench
     _bench._worker(sys.argv[1])
