@@ -80,9 +80,10 @@ def test_bad_arguments_name_themselves(kwargs, name):
 
 @pytest.mark.parametrize("args, says", [
     (("--plan",), "--plan needs --target_images_per_sec"),
-    (("--plan", "--target_images_per_sec=0"), "--target_images_per_sec must be > 0"),
+    (("--plan", "--target_images_per_sec=0"),
+     "--target_images_per_sec must be a finite number > 0"),
     (("--plan", "--target_images_per_sec=100", "--worker_cores=0"),
-     "--worker_cores must be > 0"),
+     "--worker_cores must be an integer >= 1"),
     (("--plan", "--target_images_per_sec=100", "--headroom=0.5"), "--headroom must be >= 1"),
     (("--plan", "--profile", "--target_images_per_sec=100"), "separate reports"),
 ])
