@@ -7,8 +7,7 @@ service server), ``doctor`` (the installed stack). ``pipeline CMD --help`` shows
 one command's arguments and flags.
 
 Parsed by absl's argparse integration (``absl.flags.argparse_flags``), one
-sub-parser per command; absl's own flags (``--helpfull`` lists them) go before
-the command. A boolean flag is ``--name``, ``--noname`` or ``--name=true|false``;
+sub-parser per command; absl's own flags (``--helpfull`` lists them) go anywhere. A boolean flag is ``--name``, ``--noname`` or ``--name=true|false``;
 one dash works as two. The command line checks only what the library cannot
 (the arguments' count, the outputs it will write, which flags a mode reads,
 service ports and roles); the rest is the library's: its ``ValueError`` is a
