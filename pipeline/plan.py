@@ -1,9 +1,14 @@
-"""Plan: the only place that orders elements, for every source.
+"""Plan: the order of the stages, and of the elements, for every source.
 
-The order of operations is always: shard (``input_context``, or the tf.data
-service's file sharding), then shuffle, then (in ``pipeline.assemble``) cache
-and repeat. So every element is delivered exactly once per epoch across all
-input pipelines, whatever ``seed`` is, and a cache holds a shuffled epoch.
+``order`` is the one function that orders the stages of every dataset the
+package builds (folders, path lists, manifests, TFRecords, ``.npy`` shards,
+generators, the compat helpers): shard, then shuffle (the source's elements),
+map, cache, guard, output structure, reshuffle and augment above a cache,
+repeat, batch, dtype, prefetch; then cardinality, options, the tf.data
+service and the device. So every element is delivered exactly once per epoch
+across all input pipelines, whatever ``seed`` is, and a cache holds a
+shuffled epoch. Every random stream drawn from ``seed`` (the epoch keys, the
+per-element seeds) is drawn here (``_pairs``).
 
 * Rows of a path table (folders, path lists, manifests): the rows of this
   pipeline's shard are permuted anew each epoch: up to ``EXACT_SHUFFLE_ROWS``
@@ -20,9 +25,10 @@ input pipelines, whatever ``seed`` is, and a cache holds a shuffled epoch.
   fixed, deterministic order and keeps every k-th record (shuffling the shard
   order per pipeline before an element shard would lose and duplicate
   records when ``seed`` is None). Records are then shuffled in a buffer.
-* After a cache (``after_cache``): cached elements are reshuffled each epoch
-  in a buffer of up to 1,024 elements; the cache itself holds a shuffled
-  first epoch, so classes stored in order do not cluster.
+* After a cache (``order``'s ``shuffle_cached``): cached elements are
+  reshuffled each epoch in a buffer of up to 1,024 elements; the cache
+  itself holds a shuffled first epoch, so classes stored in order do not
+  cluster.
 """
 
 from __future__ import annotations
