@@ -25,7 +25,7 @@ import glob
 import hashlib
 import os
 import shutil
-from typing import Callable, List, Optional, Set, Union
+from typing import Optional, Union
 
 import tensorflow as tf
 from absl import logging
@@ -50,59 +50,17 @@ graph_fn = tf.autograph.experimental.do_not_convert
 
 
 @dataclasses.dataclass
-class Records:
-    """Encoded images stored in TFRecord shards (``pipeline.shards``), as a build input.
-
-    Attributes:
-        files: shard files (sorted).
-        counts: records per shard.
-        parse: ``f(serialized) -> (path, label, pre_error, contents, weight)``.
-        label_dtype: tf.int64 or tf.float32; label_shape: its shape.
-        num_classes: int or None.
-        class_names: list of str or None.
-        has_labels, has_weights: bool.
-        formats: set of format names stored (for the optional decoders).
-        read_py: ``f(path) -> (bytes, error)``: a record's bytes found again
-            from Python, for diagnosing a failed record.
-        lost_detail: in graph, names the shards that hold fewer readable
-            records than written (a str scalar).
-        buffer_size: encoded records held for shuffling.
-        has_masks: segmentation pairs: ``parse``'s label is the mask's bytes.
-        mask_formats: the mask formats stored.
-    """
-    files: List[str]
-    counts: List[int]
-    parse: Callable
-    label_dtype: tf.DType
-    label_shape: list
-    num_classes: Optional[int]
-    class_names: Optional[List[str]]
-    has_labels: bool
-    has_weights: bool
-    formats: Set[str]
-    read_py: Callable
-    lost_detail: Callable
-    buffer_size: int = 1024
-    has_masks: bool = False
-    mask_formats: Set[str] = dataclasses.field(default_factory=set)
-
-    @property
-    def num_examples(self) -> int:
-        return sum(self.counts)
-
-
-@dataclasses.dataclass
 class Built:
     """What a dataset was built from (``ds.pipeline_built``; see ``built``).
 
     Attributes:
-        source: the ``index.Index`` or ``Records``.
+        source: the ``index.Index`` or ``shards.Records``.
         options: the ``config.ImageOptions``.
         error_log: the ``guard.ErrorLog`` behind ``pipeline.errors(ds)``.
         num_classes: int.
         subset: "", "training" or "validation".
     """
-    source: Union[index_lib.Index, Records]
+    source: Union[index_lib.Index, "shards.Records"]
     options: config_lib.ImageOptions
     error_log: guard.ErrorLog
     num_classes: int
@@ -316,7 +274,7 @@ def _optional_decoders(hinted, remote: bool, service: bool = False):
 
 
 def make_stages(source, opts, full_graph: bool = False):
-    """(decoder, stages) of the parallel map for ``source`` (an Index or Records).
+    """(decoder, stages) of the parallel map for ``source`` (an Index or ``shards.Records``).
 
     Also used by ``pipeline.profile`` to time each stage of the very map
     ``build`` runs. When every file is named as a JPEG (or the shards hold
@@ -327,7 +285,7 @@ def make_stages(source, opts, full_graph: bool = False):
     paths = source.paths if isinstance(source, index_lib.Index) else []
     if any(read.is_remote(p) for p in paths[:1]):
         read.ensure_filesystem(paths[0])
-    stored = source.formats if isinstance(source, Records) else ()
+    stored = () if isinstance(source, index_lib.Index) else source.formats
     hinted = set(stored) | formats.hinted_formats(paths)
     tfio_formats, unusable = _optional_decoders(hinted, remote=any(
         read.is_remote(p) for p in paths[:1]), service=bool(opts.service))
@@ -340,7 +298,7 @@ def make_stages(source, opts, full_graph: bool = False):
     mask_decoder = None
     mask_paths = getattr(source, "mask_paths", None)
     if mask_paths is not None or getattr(source, "has_masks", False):
-        stored_masks = source.mask_formats if isinstance(source, Records) else set()
+        stored_masks = set() if isinstance(source, index_lib.Index) else source.mask_formats
         mhinted = set(stored_masks) | formats.hinted_formats([p for p in mask_paths or [] if p])
         mtfio, munusable = _optional_decoders(mhinted, remote=any(
             read.is_remote(p) for p in (mask_paths or [])[:1]))
@@ -427,7 +385,7 @@ def cache_file(opts, source) -> str:
         parts += ["pairs", opts.mask_mode, sorted((opts.mask_colors or {}).items()),
                   opts.mask_pad_value, getattr(source, "mask_paths", None)]
     h.update(repr(parts).encode())
-    if isinstance(source, Records):
+    if not isinstance(source, index_lib.Index):  # shards.Records
         h.update(repr((source.files, source.counts)).encode())
     else:
         h.update(repr(source.paths).encode())
@@ -476,7 +434,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     """Builds the dataset for one Index (one subset) or one set of TFRecord shards.
 
     Args:
-        source: an ``index.Index``, or ``Records``.
+        source: an ``index.Index``, or ``shards.Records`` (TFRecord shards).
         opts: validated options.
         num_classes: for one-hot labels (default: from the source).
         subset_name: "training" / "validation" for messages.
@@ -490,7 +448,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         ValueError: an empty subset, ``label_mode="binary"`` without exactly
             2 classes, or a cache over budget.
     """
-    records = source if isinstance(source, Records) else None
+    records = None if isinstance(source, index_lib.Index) else source
     idx = source if records is None else None
     pairs = idx.mask_paths is not None if idx is not None else records.has_masks
     n = len(idx) if records is None else records.num_examples
