@@ -1,9 +1,10 @@
-"""Assemble: the one place that builds the tf.data graph from an Index (or shards) + options.
+"""Assemble: builds the tf.data graph of an Index (or TFRecord shards) + options.
 
-plan (``pipeline.plan``: shard, shuffle) -> read + decode + transform +
-augment (one parallel map: ``Stages``) -> guard (``pipeline.guard``: the
-on_error policy) -> cache -> batch -> dtype -> prefetch -> options ->
-deliver (tf.data service, prefetch to device).
+It makes the per-element work (read + decode + transform + augment: one
+parallel map, ``Stages``), the on_error check (``pipeline.guard``), the
+output structure, the cache file and the ``tf.data.Options``, and hands them
+to ``pipeline.plan.order``, which alone decides the order of the stages
+(shard, shuffle, map, cache, guard, batch, dtype, prefetch, service, device).
 
 Every factory, ``pipeline.profile`` and ``pipeline.show_batch`` build through
 ``build``; ``built(ds)`` gives back what a dataset was built from, so that
@@ -24,7 +25,7 @@ import glob
 import hashlib
 import os
 import shutil
-from typing import Callable, List, Optional, Set, Union
+from typing import Optional, Union
 
 import tensorflow as tf
 from absl import logging
@@ -49,59 +50,17 @@ graph_fn = tf.autograph.experimental.do_not_convert
 
 
 @dataclasses.dataclass
-class Records:
-    """Encoded images stored in TFRecord shards (``pipeline.shards``), as a build input.
-
-    Attributes:
-        files: shard files (sorted).
-        counts: records per shard.
-        parse: ``f(serialized) -> (path, label, pre_error, contents, weight)``.
-        label_dtype: tf.int64 or tf.float32; label_shape: its shape.
-        num_classes: int or None.
-        class_names: list of str or None.
-        has_labels, has_weights: bool.
-        formats: set of format names stored (for the optional decoders).
-        read_py: ``f(path) -> (bytes, error)``: a record's bytes found again
-            from Python, for diagnosing a failed record.
-        lost_detail: in graph, names the shards that hold fewer readable
-            records than written (a str scalar).
-        buffer_size: encoded records held for shuffling.
-        has_masks: segmentation pairs: ``parse``'s label is the mask's bytes.
-        mask_formats: the mask formats stored.
-    """
-    files: List[str]
-    counts: List[int]
-    parse: Callable
-    label_dtype: tf.DType
-    label_shape: list
-    num_classes: Optional[int]
-    class_names: Optional[List[str]]
-    has_labels: bool
-    has_weights: bool
-    formats: Set[str]
-    read_py: Callable
-    lost_detail: Callable
-    buffer_size: int = 1024
-    has_masks: bool = False
-    mask_formats: Set[str] = dataclasses.field(default_factory=set)
-
-    @property
-    def num_examples(self) -> int:
-        return sum(self.counts)
-
-
-@dataclasses.dataclass
 class Built:
     """What a dataset was built from (``ds.pipeline_built``; see ``built``).
 
     Attributes:
-        source: the ``index.Index`` or ``Records``.
+        source: the ``index.Index`` or ``shards.Records``.
         options: the ``config.ImageOptions``.
         error_log: the ``guard.ErrorLog`` behind ``pipeline.errors(ds)``.
         num_classes: int.
         subset: "", "training" or "validation".
     """
-    source: Union[index_lib.Index, Records]
+    source: Union[index_lib.Index, "shards.Records"]
     options: config_lib.ImageOptions
     error_log: guard.ErrorLog
     num_classes: int
@@ -161,19 +120,6 @@ def scale(images, dtype, normalize=None):
     return tf.cast(x, dtype)
 
 
-def element_seeds(opts, epoch_key=None) -> tf.data.Dataset:
-    """Per-element stateless seeds [2] int64: a fresh, seeded stream each epoch.
-
-    Zipped to the plan in epoch order, so an element's seed depends on (seed,
-    epoch, position), never on thread timing. Given the epoch's int64 [2] key
-    (``plan.epoch_keys``), the stream is a function of that key alone.
-    """
-    if epoch_key is not None:
-        return tf.data.Dataset.random(seed=tf.bitwise.bitwise_xor(epoch_key[0], epoch_key[1]),
-                                      rerandomize_each_iteration=False).batch(2)
-    return tf.data.Dataset.random(seed=opts.seed, rerandomize_each_iteration=True).batch(2)
-
-
 class Stages:
     """The per-element work of the parallel map: decode -> transform -> augment.
 
@@ -193,7 +139,7 @@ class Stages:
         self.opts = opts
         self.decoder = decoder
         self.mask_decoder = mask_decoder
-        self.augment_here = opts.augment is not None and opts.cache is None
+        self.augment_here = plan_lib.augments_in_map(opts)
 
     def pair(self, contents, mask_contents, seed, mask_name):
         """Segmentation pairs: (image, mask uint8 [h, w, 1], reason).
@@ -328,7 +274,7 @@ def _optional_decoders(hinted, remote: bool, service: bool = False):
 
 
 def make_stages(source, opts, full_graph: bool = False):
-    """(decoder, stages) of the parallel map for ``source`` (an Index or Records).
+    """(decoder, stages) of the parallel map for ``source`` (an Index or ``shards.Records``).
 
     Also used by ``pipeline.profile`` to time each stage of the very map
     ``build`` runs. When every file is named as a JPEG (or the shards hold
@@ -339,7 +285,7 @@ def make_stages(source, opts, full_graph: bool = False):
     paths = source.paths if isinstance(source, index_lib.Index) else []
     if any(read.is_remote(p) for p in paths[:1]):
         read.ensure_filesystem(paths[0])
-    stored = source.formats if isinstance(source, Records) else ()
+    stored = () if isinstance(source, index_lib.Index) else source.formats
     hinted = set(stored) | formats.hinted_formats(paths)
     tfio_formats, unusable = _optional_decoders(hinted, remote=any(
         read.is_remote(p) for p in paths[:1]), service=bool(opts.service))
@@ -352,7 +298,7 @@ def make_stages(source, opts, full_graph: bool = False):
     mask_decoder = None
     mask_paths = getattr(source, "mask_paths", None)
     if mask_paths is not None or getattr(source, "has_masks", False):
-        stored_masks = source.mask_formats if isinstance(source, Records) else set()
+        stored_masks = set() if isinstance(source, index_lib.Index) else source.mask_formats
         mhinted = set(stored_masks) | formats.hinted_formats([p for p in mask_paths or [] if p])
         mtfio, munusable = _optional_decoders(mhinted, remote=any(
             read.is_remote(p) for p in (mask_paths or [])[:1]))
@@ -439,7 +385,7 @@ def cache_file(opts, source) -> str:
         parts += ["pairs", opts.mask_mode, sorted((opts.mask_colors or {}).items()),
                   opts.mask_pad_value, getattr(source, "mask_paths", None)]
     h.update(repr(parts).encode())
-    if isinstance(source, Records):
+    if not isinstance(source, index_lib.Index):  # shards.Records
         h.update(repr((source.files, source.counts)).encode())
     else:
         h.update(repr(source.paths).encode())
@@ -488,7 +434,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     """Builds the dataset for one Index (one subset) or one set of TFRecord shards.
 
     Args:
-        source: an ``index.Index``, or ``Records``.
+        source: an ``index.Index``, or ``shards.Records`` (TFRecord shards).
         opts: validated options.
         num_classes: for one-hot labels (default: from the source).
         subset_name: "training" / "validation" for messages.
@@ -502,7 +448,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         ValueError: an empty subset, ``label_mode="binary"`` without exactly
             2 classes, or a cache over budget.
     """
-    records = source if isinstance(source, Records) else None
+    records = None if isinstance(source, index_lib.Index) else source
     idx = source if records is None else None
     pairs = idx.mask_paths is not None if idx is not None else records.has_masks
     n = len(idx) if records is None else records.num_examples
@@ -555,18 +501,11 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
 
     src = guard.Source(None if records is not None else paths, why_failed_py)
     # The per-epoch randomness (the plan's order, the augment seeds) comes from one
-    # key per epoch. Without a cache, the epoch's whole pipeline is built from its
-    # key inside a flat_map over ``plan.epoch_keys``, whose iterator (and with it the
-    # key stream's state) lives as long as the epoch: an iterator checkpoint taken
-    # at any step, restored in a new process, continues in the unbroken run's order
-    # with its pixels in every later epoch. (Shuffles that draw their seeds when
-    # each iteration starts lose that state once their input is exhausted, which
-    # the chunking below does long before the epoch ends.) With a cache, later
-    # epochs read the cache and reshuffle above it (``plan.after_cache``); the
-    # tf.data service splits the plan's own source, so both keep the direct form.
-    keyed = opts.cache is None and not opts.service and (
-        opts.shuffle or stages.augment_here)
-    epoch_expected = []
+    # key per epoch (``plan.order``'s ``keyed``): an iterator checkpoint taken at any
+    # step, restored in a new process, continues in the unbroken run's order with its
+    # pixels in every later epoch. (Shuffles that draw their seeds when each
+    # iteration starts lose that state once their input is exhausted, which the
+    # chunking below does long before the epoch ends.)
     mask_table = (tf.constant(idx.mask_paths, tf.string) if pairs and idx is not None
                   else None)
 
@@ -582,7 +521,9 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             "2.16 with tensorflow-io (its S3 file system reads in graph), or write the "
             f"images to TFRecord shards on a local disk or gs://. Received: service={opts.service!r}")
 
-    def epoch(epoch_key):
+    def elements(epoch_key):
+        """The plan (sharded, shuffled), numbered for the guard, with its seeds and
+        an end-of-epoch sentinel (``guard.chunked``); remote contents fetched."""
         if records is None:
             plan, expected = _file_plan(idx, opts, label_spec, epoch_key)
             label0 = tf.zeros([], label_spec[0]) if not has_labels or idx.label_kind != "vector" \
@@ -598,94 +539,74 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             label0 = tf.constant(b"")  # the plan's label of a record pair is its mask's bytes
         sentinel = (src.empty_key, label0, tf.constant(guard.SENTINEL), tf.constant(b""),
                     tf.constant(0.0))
-        augment_seeds = stages.augment_here
-        seeds = element_seeds(opts, epoch_key) if augment_seeds else tf.data.Dataset.from_tensors(
-            tf.zeros([2], tf.int64)).repeat()
-
-        def element(pos, window, key, label, pre_error, contents, weight, seed):
-            def load():
-                data = contents if src.records or fetch else tf.io.read_file(src.name(key))
-                return stages(data, seed)
-
-            def placeholder():  # bad at index time, or the end-of-epoch sentinel
-                if opts.image_size is None:
-                    return decoder.placeholder(), pre_error
-                # what resizing the 1x1 placeholder gives, in one op (an element the guard drops)
-                return tf.zeros(list(opts.image_size) + [opts.channels], tf.uint8), pre_error
-
-            if pairs:
-                def load_pair():
-                    if src.records:
-                        return stages.pair(contents, label, seed, tf.strings.join([
-                            "of ", key]))
-                    mask_name = tf.gather(mask_table, tf.maximum(key, 0))
-                    return stages.pair(tf.io.read_file(src.name(key)),
-                                       tf.io.read_file(mask_name), seed, mask_name)
-
-                def placeholder_pair():
-                    image, reason = placeholder()
-                    return image, tf.zeros(tf.concat([tf.shape(image)[:2], [1]], 0),
-                                           tf.uint8), reason
-
-                image, mask, reason = tf.cond(tf.strings.length(pre_error) > 0,
-                                              placeholder_pair, load_pair)
-                mask.set_shape(list(opts.image_size or (None, None)) + [1])
-            else:
-                image, reason = tf.cond(tf.strings.length(pre_error) > 0, placeholder, load)
-            if opts.image_size is not None:
-                image.set_shape(list(opts.image_size) + [opts.channels])
-            else:
-                image.set_shape([None, None, opts.channels])
-            if pairs:
-                return image, mask, weight, key, pos, window, reason
-            # int labels stay int64 until ``structure``: a function returning an int32 it
-            # computed is left to TensorFlow's slower runtime (stack.single_device_functions)
-            y = encode_label(label, opts.label_mode, num_classes) if (
-                has_labels and opts.label_mode != "int") else label
-            return image, y, weight, key, pos, window, reason
-
-        batch_size = opts.replica_batch_size
-        batch_here = (batch_size is not None and opts.image_size is not None
-                      and opts.cache is None and not opts.drop_remainder)
+        seeds = plan_lib.element_seeds(opts.seed, epoch_key) if stages.augment_here else \
+            tf.data.Dataset.from_tensors(tf.zeros([2], tf.int64)).repeat()
         ds = guard.chunked(plan, sentinel, seeds, src.empty_key)
-        if fetch:
-            ds = read.fetch_stage(ds, src.name)
-        # Order is kept here (the gap check needs it); `deterministic` applies to
-        # the other stages through tf.data.Options.
-        ds = ds.map(graph_fn(element), num_parallel_calls=opts.parallelism, deterministic=True)
-        ds = ds.ignore_errors()
-        if opts.cache is not None:
-            # The cache sits between the map and the guard: it holds decoded elements with
-            # their positions and reasons (a file whose decoder raised is a gap), so its
-            # input never errors and it always completes (TensorFlow completes a memory
-            # cache with what it has when its input raises), and the guard runs after it
-            # every epoch: a bad file is raised, or skipped and recorded, in every epoch.
-            ds = ds.cache("" if opts.cache == "memory" else cache_file(opts, source))
-        # The check runs on the user's batches when nothing sits between here and
-        # batching (a batch that held a skipped file is then smaller by that
-        # many); otherwise on internal chunks that are unbatched again.
-        # Variable-size (native) images cannot be batched: checked one by one.
-        ds = ds.batch(batch_size if batch_here else (guard.CHUNK if opts.image_size else 1))
+        return (read.fetch_stage(ds, src.name) if fetch else ds), expected
+
+    def element(pos, window, key, label, pre_error, contents, weight, seed):
+        def load():
+            data = contents if src.records or fetch else tf.io.read_file(src.name(key))
+            return stages(data, seed)
+
+        def placeholder():  # bad at index time, or the end-of-epoch sentinel
+            if opts.image_size is None:
+                return decoder.placeholder(), pre_error
+            # what resizing the 1x1 placeholder gives, in one op (an element the guard drops)
+            return tf.zeros(list(opts.image_size) + [opts.channels], tf.uint8), pre_error
+
+        if pairs:
+            def load_pair():
+                if src.records:
+                    return stages.pair(contents, label, seed, tf.strings.join([
+                        "of ", key]))
+                mask_name = tf.gather(mask_table, tf.maximum(key, 0))
+                return stages.pair(tf.io.read_file(src.name(key)),
+                                   tf.io.read_file(mask_name), seed, mask_name)
+
+            def placeholder_pair():
+                image, reason = placeholder()
+                return image, tf.zeros(tf.concat([tf.shape(image)[:2], [1]], 0),
+                                       tf.uint8), reason
+
+            image, mask, reason = tf.cond(tf.strings.length(pre_error) > 0,
+                                          placeholder_pair, load_pair)
+            mask.set_shape(list(opts.image_size or (None, None)) + [1])
+        else:
+            image, reason = tf.cond(tf.strings.length(pre_error) > 0, placeholder, load)
+        if opts.image_size is not None:
+            image.set_shape(list(opts.image_size) + [opts.channels])
+        else:
+            image.set_shape([None, None, opts.channels])
+        if pairs:
+            return image, mask, weight, key, pos, window, reason
+        # int labels stay int64 until ``structure``: a function returning an int32 it
+        # computed is left to TensorFlow's slower runtime (stack.single_device_functions)
+        y = encode_label(label, opts.label_mode, num_classes) if (
+            has_labels and opts.label_mode != "int") else label
+        return image, y, weight, key, pos, window, reason
+
+    def check(ds, batch_size, expected):
+        """The on_error policy on the user's batches (``batch_size``: nothing sits
+        between here and batching; a batch that held a skipped file is then smaller
+        by that many), else on internal chunks that are unbatched again.
+        Variable-size (native) images cannot be batched: checked one by one."""
+        ds = ds.batch(batch_size or (guard.CHUNK if opts.image_size else 1))
         ds = ds.scan(guard.initial_state(), graph_fn(guard.check_fn(
             opts, error_log, src, expected, records.lost_detail if records else None)))
-        if batch_here:
+        if batch_size:
             # A batch can end up empty (it held only the sentinel, or only bad files).
-            ds = ds.filter(graph_fn(lambda image, *rest: tf.shape(image)[0] > 0))
-        else:
-            ds = ds.unbatch()
+            return ds.filter(graph_fn(lambda image, *rest: tf.shape(image)[0] > 0))
+        return ds.unbatch()
 
-        has_weights = (idx.weights is not None if idx is not None else records.has_weights) \
-            and has_labels
+    has_weights = (idx.weights is not None if idx is not None else records.has_weights) \
+        and has_labels
 
-        # the dtype conversion joins this map when nothing sits between them (one
-        # function fewer to build and run); otherwise it is the last map, on batches
-        scale_here = opts.dtype != tf.uint8 and opts.cache is None and (
-            batch_size is None or batch_here)
-
+    def finish(ds, with_dtype):
         def structure(image, y, weight, key):
             if has_labels and opts.label_mode == "int":
                 y = encode_label(y, "int", num_classes)
-            if scale_here:
+            if with_dtype:
                 image = scale(image, opts.dtype, opts.normalize)
             out = (image,) + ((y,) if has_labels or pairs else ()) + (
                 (weight,) if has_weights else ())
@@ -695,55 +616,56 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
 
         # (its int32 label would be traced twice: marked, then unmarked)
         with stack.single_device_functions(not (has_labels and opts.label_mode == "int")):
-            ds = ds.map(graph_fn(structure))
-        if opts.cache is not None:
-            ds = plan_lib.after_cache(ds, n, opts)
-            if opts.augment is not None:  # random ops after the cache, fresh each epoch
-                aug = opts.augment
+            return ds.map(graph_fn(structure))
 
-                def augment(el, seed):
-                    if pairs:
-                        size = opts.image_size if aug.random_resized_crop is not None else None
-                        return aug.pair(el[0], el[1], seed, output_size=size,
-                                        pad_value=opts.mask_pad_value) + tuple(el[2:])
-                    if not isinstance(el, tuple):
-                        return _aug(aug, el, seed, opts)
-                    return (_aug(aug, el[0], seed, opts),) + tuple(el[1:])
+    def augment(el, seed):  # above a cache: random ops fresh each epoch
+        aug = opts.augment
+        if pairs:
+            size = opts.image_size if aug.random_resized_crop is not None else None
+            return aug.pair(el[0], el[1], seed, output_size=size,
+                            pad_value=opts.mask_pad_value) + tuple(el[2:])
+        if not isinstance(el, tuple):
+            return _aug(aug, el, seed, opts)
+        return (_aug(aug, el[0], seed, opts),) + tuple(el[1:])
 
-                ds = tf.data.Dataset.zip(ds, element_seeds(opts)).map(
-                    graph_fn(augment), num_parallel_calls=opts.parallelism,
-                    deterministic=opts.is_deterministic)
-        if batch_size is not None and not batch_here:
-            ds = ds.batch(batch_size, drop_remainder=opts.drop_remainder)
-        if (batch_size is not None and opts.drop_remainder and expected is not None
-                and 0 < expected < batch_size):
-            logging.warning(
-                "pipeline: drop_remainder=True with batch_size=%d and %d element(s) per epoch "
-                "here: every epoch is empty (the one short batch is dropped). Use a smaller "
-                "batch_size or drop_remainder=False.", batch_size, expected)
-        if opts.dtype != tf.uint8 and not scale_here:
-            def to_dtype(*el):
-                return (scale(el[0], opts.dtype, opts.normalize),) + el[1:] if len(el) > 1 else \
-                    scale(el[0], opts.dtype, opts.normalize)
-            ds = ds.map(graph_fn(to_dtype))
-        if opts.prefetch:
-            ds = ds.prefetch(opts.prefetch)
-        epoch_expected.append(expected)
-        return ds
+    def to_dtype(*el):
+        return (scale(el[0], opts.dtype, opts.normalize),) + el[1:] if len(el) > 1 else \
+            scale(el[0], opts.dtype, opts.normalize)
 
-    if keyed:
-        ds = plan_lib.epoch_keys(opts.seed).flat_map(graph_fn(plan_lib.keyed(epoch)))
-    else:
-        ds = epoch(None)
-    expected, batch_size = epoch_expected[0], opts.replica_batch_size
-    if opts.on_error == "raise" and expected is not None and not opts.service:
-        # Every element arrives or the epoch raises: the length is known, so
-        # len(ds) works and Keras knows the steps per epoch.
-        count = expected
-        if batch_size is not None:
-            count = expected // batch_size if opts.drop_remainder else -(-expected // batch_size)
-        ds = ds.apply(tf.data.experimental.assert_cardinality(count))
+    def service(ds):
+        from pipeline import distribute  # pylint: disable=import-outside-toplevel
+        with stack.single_device_functions(False):  # the service's own functions as TF makes them
+            return ds.apply(distribute.service_transformation(opts))
 
+    ds = plan_lib.order(
+        elements, seed=opts.seed, keyed=opts.shuffle or stages.augment_here,
+        # Order is kept in the map (the gap check needs it); `deterministic` applies to
+        # the other stages through tf.data.Options.
+        map=plan_lib.Map(element, opts.parallelism, deterministic=True),
+        cache=None if opts.cache is None else (
+            "" if opts.cache == "memory" else cache_file(opts, source)),
+        guard=check, finish=finish, shuffle_cached=n if opts.shuffle else 0,
+        augment=(plan_lib.Map(augment, opts.parallelism, opts.is_deterministic)
+                 if opts.augment is not None else None),
+        batch_size=opts.replica_batch_size, drop_remainder=opts.drop_remainder,
+        fixed_shape=opts.image_size is not None,
+        on_batches=plan_lib.Map(to_dtype) if opts.dtype != tf.uint8 else None,
+        prefetch=opts.prefetch, known_length=opts.on_error == "raise",
+        options=data_options(opts), service=service if opts.service else None,
+        device=opts.prefetch_to_device if (
+            opts.prefetch_to_device and device_present(opts.prefetch_to_device)) else None)
+
+    ds.class_names = list(class_names) if class_names else None
+    # As Keras: the files this dataset yields (with input_context: this pipeline's share).
+    ds.file_paths = (list(idx.paths[opts.pipeline_id::opts.num_pipelines]) if idx is not None
+                     else None)
+    ds.cache_estimate_bytes = cache_estimate
+    ds.pipeline_built = Built(source, opts, error_log, num_classes, subset_name)
+    return ds
+
+
+def data_options(opts) -> tf.data.Options:
+    """The ``tf.data.Options`` of a built dataset: autotune, threads, determinism."""
     options = tf.data.Options()
     options.autotune.enabled = bool(opts.autotune)
     if opts.autotune and opts.ram_budget_bytes:
@@ -757,24 +679,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     # ignoring them is exact.
     options.experimental_external_state_policy = (
         tf.data.experimental.ExternalStatePolicy.IGNORE)
-    ds = ds.with_options(options)
-
-    if opts.service:
-        from pipeline import distribute  # pylint: disable=import-outside-toplevel
-        with stack.single_device_functions(False):  # the service's own functions as TF makes them
-            ds = ds.apply(distribute.service_transformation(opts))
-    if opts.prefetch_to_device and device_present(opts.prefetch_to_device):
-        # must be the last stage; one device, no strategy
-        ds = ds.apply(tf.data.experimental.prefetch_to_device(
-            opts.prefetch_to_device, buffer_size=max(opts.prefetch, 1)))
-
-    ds.class_names = list(class_names) if class_names else None
-    # As Keras: the files this dataset yields (with input_context: this pipeline's share).
-    ds.file_paths = (list(idx.paths[opts.pipeline_id::opts.num_pipelines]) if idx is not None
-                     else None)
-    ds.cache_estimate_bytes = cache_estimate
-    ds.pipeline_built = Built(source, opts, error_log, num_classes, subset_name)
-    return ds
+    return options
 
 
 def device_present(name: str) -> bool:

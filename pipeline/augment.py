@@ -292,6 +292,25 @@ class Augment:
         return bool(self.brightness or self.brightness_range or self.contrast
                     or self.saturation or self.hue or self.channel_shift)
 
+    def check_options(self, channels: int, image_size) -> None:
+        """Checks that this augmentation can run on a dataset's images.
+
+        Args:
+            channels: the images' channels (1, 3 or 4).
+            image_size: (height, width) of the output, or None (native sizes).
+
+        Raises:
+            ValueError: ``saturation`` or ``hue`` with ``channels`` other than
+                3; ``random_resized_crop`` with ``image_size=None`` (the crop
+                needs an output size).
+        """
+        if (self.saturation or self.hue) and channels != 3:
+            raise ValueError("`augment` with saturation or hue needs channels=3. "
+                             f"{checks.received('channels', channels)}")
+        if self.random_resized_crop is not None and image_size is None:
+            raise ValueError("`augment` with random_resized_crop needs an `image_size` (the "
+                             f"crop's output size). {checks.received('image_size', None)}")
+
     def get_config(self) -> dict:
         """The constructor arguments (JSON-friendly)."""
         return {

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline import index as index_lib
+from pipeline import plan
 from pipeline import sources
 
 
@@ -113,17 +114,14 @@ def get_batch(paths: Sequence[str], labels: Sequence[Any], img_w: int, img_h: in
         paths, labels=labels, image_size=(img_h, img_w), channels=channels,
         batch_size=None, shuffle=shuffle, seed=seed, num_parallel_calls=num_threads,
         label_mode="int")
-    ds = base
-    if standardize:
-        ds = ds.map(lambda x, y: (tf.image.per_image_standardization(x), y),
-                    num_parallel_calls=num_threads)
     # Repeat *before* batching, as the queue did: batches run across epoch
     # boundaries, so with num_epochs=None every batch is full (and its static
     # shape says so); with an int only the very last batch may be short.
-    if num_epochs != 1:
-        ds = ds.repeat(num_epochs)
-    ds = ds.batch(batch_size, drop_remainder=num_epochs is None)
-    ds = ds.prefetch(max(1, capacity // batch_size))
+    standardized = plan.Map(lambda x, y: (tf.image.per_image_standardization(x), y),
+                            num_threads) if standardize else None
+    ds = plan.order(lambda _: (base, None), map=standardized, repeat=num_epochs,
+                    batch_size=batch_size, drop_remainder=num_epochs is None,
+                    prefetch=max(1, capacity // batch_size))
     return _copy_attrs(base, ds)
 
 
@@ -213,8 +211,8 @@ def from_keras_generator(generator, output_signature=None,
         for batch in batches:
             yield tuple(batch) if isinstance(batch, list) else batch
 
-    ds = tf.data.Dataset.from_generator(gen, output_signature=output_signature)
-    return ds.prefetch(1)
+    return plan.order(lambda _: (tf.data.Dataset.from_generator(
+        gen, output_signature=output_signature), None), prefetch=1)
 
 
 # --- ImageDataGenerator.flow_from_directory ----------------------------------------

@@ -19,9 +19,8 @@ import tensorflow as tf
 
 from pipeline import checks
 # image_size's check lives with the low-level checks (Augment's output_size uses it
-# too, and config imports augment); config.check_image_size is the same function.
+# too); config.check_image_size is the same function.
 from pipeline.checks import check_image_size  # noqa: F401
-from pipeline.augment import Augment
 
 LABEL_MODES = ("int", "categorical", "binary", "multi_hot", "float", None)
 ONE_CLASS_LABEL_MODES = ("int", "categorical", "binary", None)
@@ -473,7 +472,7 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
                                       KERAS_EQUIVALENTS)
     r = checks.received
     extra = getattr(kw.get("augment"), "factory_options", None)
-    if isinstance(kw.get("augment"), Augment) and extra:
+    if isinstance(extra, dict) and extra:
         # Augment.from_image_data_generator maps rescale / dtype / validation_split to
         # factory options: applied here, so that augment=aug alone does what it said.
         clash = sorted(k for k, v in extra.items() if k in kw and kw[k] is not v
@@ -606,14 +605,11 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
             "`batch_size` is the global batch with `input_context`: it must be divisible by "
             f"the {ctx.num_replicas_in_sync} replicas in sync. {r('batch_size', o['batch_size'])}")
     aug = o["augment"]
-    if aug is not None and not isinstance(aug, Augment):
+    # a pipeline.Augment checks itself against the options (pipeline.augment)
+    if aug is not None and not callable(getattr(aug, "check_options", None)):
         raise ValueError(f"`augment` must be None or a pipeline.Augment. {r('augment', aug)}")
-    if aug is not None and (aug.saturation or aug.hue) and o["channels"] != 3:
-        raise ValueError("`augment` with saturation or hue needs channels=3. "
-                         f"{r('channels', o['channels'])}")
-    if aug is not None and aug.random_resized_crop is not None and o["image_size"] is None:
-        raise ValueError("`augment` with random_resized_crop needs an `image_size` (the "
-                         f"crop's output size). {r('image_size', None)}")
+    if aug is not None:
+        aug.check_options(o["channels"], o["image_size"])
     _check_mask_options(o)
     det = o["deterministic"]
     if det is not None and not isinstance(det, (bool, np.bool_)):

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from pipeline import checks
 from pipeline import config
+from pipeline import plan
 
 
 def _arity(fn) -> int:
@@ -156,16 +157,17 @@ def from_generator(fn, output_signature, num_parallel: int = 1,
         return tf.data.Dataset.from_generator(gen, output_signature=output_signature,
                                               args=(k, num_parallel))
 
-    if num_parallel == 1:
-        ds = instance(tf.constant(0, tf.int64))
-    else:
-        ds = tf.data.Dataset.range(num_parallel).interleave(
-            instance, cycle_length=num_parallel, block_length=1,
-            num_parallel_calls=num_parallel, deterministic=seed is not None or None)
-    if shuffle_buffer_size:
-        ds = ds.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
-    if batch_size is not None:
-        ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    if prefetch:
-        ds = ds.prefetch(prefetch)
-    return ds
+    def elements(_):
+        """The instances interleaved (one element of each in turn), then shuffled."""
+        if num_parallel == 1:
+            ds = instance(tf.constant(0, tf.int64))
+        else:
+            ds = tf.data.Dataset.range(num_parallel).interleave(
+                instance, cycle_length=num_parallel, block_length=1,
+                num_parallel_calls=num_parallel, deterministic=seed is not None or None)
+        if shuffle_buffer_size:
+            ds = ds.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+        return ds, None
+
+    return plan.order(elements, batch_size=batch_size, drop_remainder=drop_remainder,
+                      prefetch=prefetch)

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from pipeline import checks
 from pipeline import config
+from pipeline import plan
 from pipeline import stack
 
 # dtypes tf.io.decode_raw can produce.
@@ -210,9 +211,6 @@ def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[in
     if y_infos:
         cols += [tf.constant([i.path for i in y_infos]),
                  tf.constant([i.header_bytes for i in y_infos], tf.int64)]
-    files = tf.data.Dataset.from_tensor_slices(tuple(cols))
-    if shuffle:
-        files = files.shuffle(len(x_files), seed=seed, reshuffle_each_iteration=True)
     x_rb, x_dec = x_infos[0].record_bytes, _decoder(x_infos[0])
     y_rb = y_infos[0].record_bytes if y_infos else 0
     y_dec = _decoder(y_infos[0]) if y_infos else None
@@ -224,23 +222,25 @@ def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[in
         return tf.data.Dataset.zip((x, tf.data.FixedLengthRecordDataset(
             c[2], y_rb, header_bytes=c[3])))
 
-    ds = files.interleave(rows, cycle_length=cycle, block_length=1,
-                          num_parallel_calls=min(cycle, parallel), deterministic=det)
-    if shuffle:
-        ds = ds.shuffle(min(total, shuffle_buffer_size), seed=seed,
-                        reshuffle_each_iteration=True)
-    if batch_size is not None:  # decode whole batches: one decode_raw per batch, not per row
-        ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    if y_infos:
-        ds = ds.map(lambda a, b: (x_dec(a), y_dec(b)), num_parallel_calls=parallel,
-                    deterministic=det)
-    else:
-        ds = ds.map(x_dec, num_parallel_calls=parallel, deterministic=det)
-    if prefetch:
-        ds = ds.prefetch(prefetch)
+    def elements(_):
+        """Files shuffled, read row by row (interleaved), rows shuffled in a buffer."""
+        files = tf.data.Dataset.from_tensor_slices(tuple(cols))
+        if shuffle:
+            files = files.shuffle(len(x_files), seed=seed, reshuffle_each_iteration=True)
+        ds = files.interleave(rows, cycle_length=cycle, block_length=1,
+                              num_parallel_calls=min(cycle, parallel), deterministic=det)
+        if shuffle:
+            ds = ds.shuffle(min(total, shuffle_buffer_size), seed=seed,
+                            reshuffle_each_iteration=True)
+        return ds, None
+
+    # decoded on batches: one decode_raw per batch, not per row
+    decode = (lambda a, b: (x_dec(a), y_dec(b))) if y_infos else x_dec
     options = tf.data.Options()
     options.deterministic = det
-    ds = ds.with_options(options)
+    ds = plan.order(elements, batch_size=batch_size, drop_remainder=drop_remainder,
+                    on_batches=plan.Map(decode, parallel, det), prefetch=prefetch,
+                    options=options)
     ds.file_paths = x_files
     ds.num_rows = total
     return ds

@@ -1,9 +1,14 @@
-"""Plan: the only place that orders elements, for every source.
+"""Plan: the order of the stages, and of the elements, for every source.
 
-The order of operations is always: shard (``input_context``, or the tf.data
-service's file sharding), then shuffle, then (in ``pipeline.assemble``) cache
-and repeat. So every element is delivered exactly once per epoch across all
-input pipelines, whatever ``seed`` is, and a cache holds a shuffled epoch.
+``order`` is the one function that orders the stages of every dataset the
+package builds (folders, path lists, manifests, TFRecords, ``.npy`` shards,
+generators, the compat helpers): shard, then shuffle (the source's elements),
+map, cache, guard, output structure, reshuffle and augment above a cache,
+repeat, batch, dtype, prefetch; then cardinality, options, the tf.data
+service and the device. So every element is delivered exactly once per epoch
+across all input pipelines, whatever ``seed`` is, and a cache holds a
+shuffled epoch. Every random stream drawn from ``seed`` (the epoch keys, the
+per-element seeds) is drawn here (``_pairs``).
 
 * Rows of a path table (folders, path lists, manifests): the rows of this
   pipeline's shard are permuted anew each epoch: up to ``EXACT_SHUFFLE_ROWS``
@@ -20,13 +25,15 @@ input pipelines, whatever ``seed`` is, and a cache holds a shuffled epoch.
   fixed, deterministic order and keeps every k-th record (shuffling the shard
   order per pipeline before an element shard would lose and duplicate
   records when ``seed`` is None). Records are then shuffled in a buffer.
-* After a cache (``after_cache``): cached elements are reshuffled each epoch
-  in a buffer of up to 1,024 elements; the cache itself holds a shuffled
-  first epoch, so classes stored in order do not cluster.
+* After a cache (``order``'s ``shuffle_cached``): cached elements are
+  reshuffled each epoch in a buffer of up to 1,024 elements; the cache
+  itself holds a shuffled first epoch, so classes stored in order do not
+  cluster.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
@@ -42,13 +49,35 @@ EXACT_SHUFFLE_ROWS = 100_000
 graph_fn = tf.autograph.experimental.do_not_convert
 
 
+def _pairs(seed, rerandomize: bool = True) -> tf.data.Dataset:
+    """int64 [2] pairs drawn from ``seed``; a fresh stream each iteration (rerandomize)."""
+    return tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=rerandomize).batch(
+        2, drop_remainder=True)
+
+
 def epoch_keys(seed: Optional[int]) -> tf.data.Dataset:
     """One int64 [2] key per epoch (per iterator), drawn from ``seed``."""
-    return tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(
-        2, drop_remainder=True).take(1)
+    return _pairs(seed).take(1)
 
 
-def keyed(build: Callable[[tf.Tensor], tf.data.Dataset]) -> Callable[[tf.Tensor], tf.data.Dataset]:
+def element_seeds(seed: Optional[int], epoch_key=None) -> tf.data.Dataset:
+    """Per-element stateless seeds [2] int64: a fresh, seeded stream each epoch.
+
+    Zipped to the elements in epoch order, so an element's seed depends on
+    (seed, epoch, position), never on thread timing. Given the epoch's int64
+    [2] key (``epoch_keys``), the stream is a function of that key alone.
+    """
+    if epoch_key is not None:
+        return _pairs(tf.bitwise.bitwise_xor(epoch_key[0], epoch_key[1]), rerandomize=False)
+    return _pairs(seed)
+
+
+def augments_in_map(opts) -> bool:
+    """Whether ``opts.augment`` runs in the parallel map (no cache), or above the cache."""
+    return opts.augment is not None and opts.cache is None
+
+
+def keyed_epoch(build: Callable[[tf.Tensor], tf.data.Dataset]) -> Callable[[tf.Tensor], tf.data.Dataset]:
     """``build(key)`` for ``epoch_keys().flat_map``, with the op seeds it draws
     from the key used as they are.
 
@@ -169,9 +198,148 @@ def records(files: Sequence[str], counts: Sequence[int], opts, reader: Callable,
     return ds, expected
 
 
-def after_cache(ds: tf.data.Dataset, n: int, opts) -> tf.data.Dataset:
-    """Cached elements reshuffled each epoch (in a buffer of up to 1,024)."""
-    if not opts.shuffle:
+@dataclasses.dataclass(frozen=True)
+class Map:
+    """A map step of ``order``: ``fn`` on each element (or batch), ``parallelism``
+    calls at once (None: one), ``deterministic`` as ``Dataset.map`` takes it."""
+    fn: Callable
+    parallelism: Optional[int] = None
+    deterministic: Optional[bool] = None
+
+
+def order(elements: Callable, *, seed: Optional[int] = None, keyed: bool = False,
+          map: Optional[Map] = None, cache: Optional[str] = None,
+          guard: Optional[Callable] = None, finish: Optional[Callable] = None,
+          shuffle_cached: int = 0, augment: Optional[Map] = None, repeat: Optional[int] = 1,
+          batch_size: Optional[int] = None, drop_remainder: bool = False,
+          fixed_shape: bool = True, on_batches: Optional[Map] = None, prefetch: int = 0,
+          known_length: bool = False, options: Optional[tf.data.Options] = None,
+          service: Optional[Callable] = None, device: Optional[str] = None,
+          ) -> tf.data.Dataset:
+    """The one order of the stages, for every source: shard -> shuffle -> map ->
+    cache -> guard -> finish -> reshuffle and augment (above a cache) -> repeat ->
+    batch -> on_batches (dtype) -> prefetch; then cardinality -> options ->
+    tf.data service -> device.
+
+    Each source passes what differs (its elements, its maps, what it can
+    cache); where each goes, and which steps merge, is decided here only.
+
+    Args:
+        elements: ``f(key) -> (dataset, n)``: one epoch's elements of this
+            input pipeline, sharded then shuffled (``rows``, ``records``, or
+            the source's own plan), and their number (None when unknown). The
+            key is None, or with ``keyed`` the epoch's int64 [2] key.
+        seed: int or None: the epoch keys, the after-cache reshuffle and
+            augment seeds are drawn from it.
+        keyed: the source draws every order and seed from one key per epoch
+            (``epoch_keys``); the epoch is then built inside a ``flat_map``
+            over the keys, so an iterator checkpoint holds the key stream.
+            Not with a cache or the tf.data service (they keep the direct form).
+        map: the per-element work (read, decode, resize, augment).
+        cache: None, "" (memory) or a file prefix: decoded elements cached
+            after ``map``, before ``guard``.
+        guard: ``f(dataset, batch_size, n) -> dataset``: the on_error policy;
+            a failed ``map`` element is a gap it names. ``batch_size`` is the
+            user's batch size when the guard checks the user's batches, else
+            None (it checks chunks and unbatches them).
+        finish: ``f(dataset, with_dtype) -> dataset``: the output structure;
+            with ``with_dtype`` it applies ``on_batches`` itself (one map fewer).
+        shuffle_cached: elements per epoch reshuffled above a cache (0: none).
+        augment: random ops run above a cache, fresh each epoch: ``fn(element,
+            seed)`` (without a cache they run in ``map``: ``augments_in_map``).
+        repeat: epochs (None: forever), before batching.
+        batch_size, drop_remainder: as ``Dataset.batch`` (None: unbatched).
+        fixed_shape: elements have one shape (can be batched by the guard).
+        on_batches: the map on batches (dtype conversion, or decoding whole
+            batches).
+        prefetch: batches prefetched (0: none); also ``device``'s buffer.
+        known_length: every element arrives or the epoch raises: the length
+            is asserted (``len(ds)`` works).
+        options: ``tf.data.Options`` for the whole dataset.
+        service: ``f(dataset) -> dataset``: hands it to the tf.data service.
+        device: a device to prefetch to (last stage), or None.
+
+    Returns:
+        The ``tf.data.Dataset``.
+    """
+    at_guard = (guard is not None and batch_size is not None and fixed_shape
+                and cache is None and not drop_remainder)
+    dtype_in_finish = (on_batches is not None and finish is not None and cache is None
+                       and (batch_size is None or at_guard))
+    lengths = []
+
+    def epoch(key):
+        ds, n = elements(key)                                      # shard, then shuffle
+        ds = _map(ds, map)                                         # read, decode, augment
+        ds = ds.ignore_errors() if guard is not None else ds       # a failure: a gap
+        ds = _cache(ds, cache)                                     # decoded, before the guard
+        ds = guard(ds, batch_size if at_guard else None, n) if guard else ds
+        ds = finish(ds, dtype_in_finish) if finish else ds         # output structure
+        ds = _above_cache(ds, cache, shuffle_cached, augment, seed)
+        ds = ds.repeat(repeat) if repeat != 1 else ds
+        ds = _batch(ds, None if at_guard else batch_size, drop_remainder, n)
+        ds = ds if dtype_in_finish else _map(ds, on_batches)       # dtype
+        ds = ds.prefetch(prefetch) if prefetch else ds
+        lengths.append(n)
         return ds
-    return ds.shuffle(max(1, min(n, AFTER_CACHE_BUFFER)), seed=opts.seed,
-                      reshuffle_each_iteration=True)
+
+    per_key = keyed and cache is None and service is None
+    ds = epoch_keys(seed).flat_map(graph_fn(keyed_epoch(epoch))) if per_key else epoch(None)
+    if known_length and service is None:
+        ds = _assert_length(ds, lengths[0], batch_size, drop_remainder)
+    ds = ds.with_options(options) if options is not None else ds
+    ds = service(ds) if service is not None else ds
+    if device:  # must be the last stage; one device, no strategy
+        ds = ds.apply(tf.data.experimental.prefetch_to_device(device, max(prefetch, 1)))
+    return ds
+
+
+def _map(ds, step: Optional[Map]):
+    if step is None:
+        return ds
+    return ds.map(graph_fn(step.fn), num_parallel_calls=step.parallelism,
+                  deterministic=step.deterministic)
+
+
+def _cache(ds, cache):
+    """The cache sits between the map and the guard: it holds decoded elements with
+    their positions and reasons (a file whose decoder raised is a gap), so its input
+    never errors and it always completes (TensorFlow completes a memory cache with
+    what it has when its input raises), and the guard runs after it every epoch: a
+    bad file is raised, or skipped and recorded, in every epoch."""
+    return ds if cache is None else ds.cache(cache)
+
+
+def _above_cache(ds, cache, n: int, augment: Optional[Map], seed):
+    """Above a cache: reshuffled each epoch in a buffer of up to 1,024 (the cache
+    holds a shuffled first epoch), then augmented with fresh seeds each epoch."""
+    if cache is None:
+        return ds
+    if n:
+        ds = ds.shuffle(max(1, min(n, AFTER_CACHE_BUFFER)), seed=seed,
+                        reshuffle_each_iteration=True)
+    if augment is not None:
+        ds = _map(tf.data.Dataset.zip(ds, element_seeds(seed)), augment)
+    return ds
+
+
+def _batch(ds, batch_size, drop_remainder, n):
+    if batch_size is None:
+        return ds
+    if drop_remainder and n is not None and 0 < n < batch_size:
+        logging.warning(
+            "pipeline: drop_remainder=True with batch_size=%d and %d element(s) per epoch "
+            "here: every epoch is empty (the one short batch is dropped). Use a smaller "
+            "batch_size or drop_remainder=False.", batch_size, n)
+    return ds.batch(batch_size, drop_remainder=drop_remainder)
+
+
+def _assert_length(ds, n, batch_size, drop_remainder):
+    """Every element arrives or the epoch raises: the length is known, so len(ds)
+    works and Keras knows the steps per epoch."""
+    if n is None:
+        return ds
+    count = n
+    if batch_size is not None:
+        count = n // batch_size if drop_remainder else -(-n // batch_size)
+    return ds.apply(tf.data.experimental.assert_cardinality(count))

@@ -4,7 +4,7 @@
 ``tf.train.Example`` records (the file's own bytes, or, with ``max_resolution``, a
 JPEG re-encoded in graph with its shorter side at that many pixels), one thread per shard, with a small JSON sidecar
 (``dataset.json``: class names, label kind, examples per shard, formats).
-``open_records`` describes the shards as ``assemble.Records``: the plan
+``open_records`` describes the shards as ``Records``: the plan
 (``pipeline.plan.records``) reads them with a parallel interleave and the
 bytes go through the very graph ``from_directory`` builds (decode, resize,
 the bad-file policy, batching).
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import inspect
 import json
 import math
 import os
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Set
 
 import numpy as np
 import tensorflow as tf
@@ -553,7 +554,49 @@ def short_shards(files: Sequence[str], counts: Sequence[int]):
                                   separator="; ")
 
 
-def open_records(files, opts, shuffle_buffer_size: int = 1024) -> assemble.Records:
+@dataclasses.dataclass
+class Records:
+    """Encoded images stored in TFRecord shards (``pipeline.shards``), as a build input.
+
+    Attributes:
+        files: shard files (sorted).
+        counts: records per shard.
+        parse: ``f(serialized) -> (path, label, pre_error, contents, weight)``.
+        label_dtype: tf.int64 or tf.float32; label_shape: its shape.
+        num_classes: int or None.
+        class_names: list of str or None.
+        has_labels, has_weights: bool.
+        formats: set of format names stored (for the optional decoders).
+        read_py: ``f(path) -> (bytes, error)``: a record's bytes found again
+            from Python, for diagnosing a failed record.
+        lost_detail: in graph, names the shards that hold fewer readable
+            records than written (a str scalar).
+        buffer_size: encoded records held for shuffling.
+        has_masks: segmentation pairs: ``parse``'s label is the mask's bytes.
+        mask_formats: the mask formats stored.
+    """
+    files: List[str]
+    counts: List[int]
+    parse: Callable
+    label_dtype: tf.DType
+    label_shape: list
+    num_classes: Optional[int]
+    class_names: Optional[List[str]]
+    has_labels: bool
+    has_weights: bool
+    formats: Set[str]
+    read_py: Callable
+    lost_detail: Callable
+    buffer_size: int = 1024
+    has_masks: bool = False
+    mask_formats: Set[str] = dataclasses.field(default_factory=set)
+
+    @property
+    def num_examples(self) -> int:
+        return sum(self.counts)
+
+
+def open_records(files, opts, shuffle_buffer_size: int = 1024) -> Records:
     """Describes TFRecord shards written by ``write_tfrecords`` as a build input.
 
     Args:
@@ -627,7 +670,7 @@ def open_records(files, opts, shuffle_buffer_size: int = 1024) -> assemble.Recor
         return b"", "record not found again in the shards"
 
     stored = {k for k in meta.get("formats", {}) if k and k != "unknown"}
-    return assemble.Records(
+    return Records(
         files=files, counts=meta["file_counts"], parse=parse, label_dtype=label_dtype,
         label_shape=label_shape, num_classes=meta["num_classes"],
         class_names=meta["class_names"], has_labels=kind is not None,
