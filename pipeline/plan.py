@@ -234,7 +234,9 @@ def order(elements: Callable, *, seed: Optional[int] = None, keyed: bool = False
         keyed: the source draws every order and seed from one key per epoch
             (``epoch_keys``); the epoch is then built inside a ``flat_map``
             over the keys, so an iterator checkpoint holds the key stream.
-            Not with a cache or the tf.data service (they keep the direct form).
+            With a cache, the cache is built once and only what is above it
+            (reshuffle, augment) is built per key, whatever ``keyed`` says; the
+            tf.data service keeps the direct form.
         map: the per-element work (read, decode, resize, augment).
         cache: None, "" (memory) or a file prefix: decoded elements cached
             after ``map``, before ``guard``.
@@ -268,23 +270,31 @@ def order(elements: Callable, *, seed: Optional[int] = None, keyed: bool = False
                        and (batch_size is None or at_guard))
     lengths = []
 
-    def epoch(key):
+    def below(key):
         ds, n = elements(key)                                      # shard, then shuffle
         ds = _map(ds, map)                                         # read, decode, augment
         ds = ds.ignore_errors() if guard is not None else ds       # a failure: a gap
         ds = _cache(ds, cache)                                     # decoded, before the guard
         ds = guard(ds, batch_size if at_guard else None, n) if guard else ds
         ds = finish(ds, dtype_in_finish) if finish else ds         # output structure
-        ds = _above_cache(ds, cache, shuffle_cached, augment, seed)
+        lengths.append(n)
+        return ds, n
+
+    def above(ds, n, key):
+        ds = _above_cache(ds, cache, shuffle_cached, augment, seed, key)
         ds = ds.repeat(repeat) if repeat != 1 else ds
         ds = _batch(ds, None if at_guard else batch_size, drop_remainder, n)
         ds = ds if dtype_in_finish else _map(ds, on_batches)       # dtype
-        ds = ds.prefetch(prefetch) if prefetch else ds
-        lengths.append(n)
-        return ds
+        return ds.prefetch(prefetch) if prefetch else ds
 
-    per_key = keyed and cache is None and service is None
-    ds = epoch_keys(seed).flat_map(graph_fn(keyed_epoch(epoch))) if per_key else epoch(None)
+    random_above_cache = cache is not None and bool(shuffle_cached or augment)
+    if service is not None or not (keyed or random_above_cache):
+        ds = above(*below(None), None)
+    elif cache is None:  # the whole epoch built from its key
+        ds = epoch_keys(seed).flat_map(graph_fn(keyed_epoch(lambda key: above(*below(key), key))))
+    else:  # the cache built once; what is above it from each epoch's key
+        cached, n = below(None)
+        ds = epoch_keys(seed).flat_map(graph_fn(keyed_epoch(lambda key: above(cached, n, key))))
     if known_length and service is None:
         ds = _assert_length(ds, lengths[0], batch_size, drop_remainder)
     ds = ds.with_options(options) if options is not None else ds
@@ -310,16 +320,20 @@ def _cache(ds, cache):
     return ds if cache is None else ds.cache(cache)
 
 
-def _above_cache(ds, cache, n: int, augment: Optional[Map], seed):
+def _above_cache(ds, cache, n: int, augment: Optional[Map], seed, key=None):
     """Above a cache: reshuffled each epoch in a buffer of up to 1,024 (the cache
-    holds a shuffled first epoch), then augmented with fresh seeds each epoch."""
+    holds a shuffled first epoch), then augmented with fresh seeds each epoch;
+    given the epoch's key (int64 [2]), both are a function of that key alone, so
+    an iterator restored at any step, an epoch's first included, continues as
+    the unbroken run."""
     if cache is None:
         return ds
     if n:
-        ds = ds.shuffle(max(1, min(n, AFTER_CACHE_BUFFER)), seed=seed,
-                        reshuffle_each_iteration=True)
+        buffer = max(1, min(n, AFTER_CACHE_BUFFER))
+        ds = (ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True) if key is None
+              else ds.shuffle(buffer, seed=key[0], reshuffle_each_iteration=False))
     if augment is not None:
-        ds = _map(tf.data.Dataset.zip(ds, element_seeds(seed)), augment)
+        ds = _map(tf.data.Dataset.zip(ds, element_seeds(seed, key)), augment)
     return ds
 
 

@@ -163,3 +163,32 @@ def test_bad_save_freq():
     ds = tf.data.Dataset.range(3)
     with pytest.raises(ValueError, match="save_freq=0"):
         pipeline.IteratorCheckpoint(ds, "/tmp/unused-ckpt", save_freq=0)
+
+
+@pytest.mark.parametrize("shuffle,cache", [(True, "memory"), (False, "memory"), (True, "file"),
+                                           (True, None)])
+def test_restore_at_an_epoch_boundary_continues_the_unbroken_run(root, tmp_path, shuffle, cache):
+    """A checkpoint taken after the last element of an epoch, restored into a new dataset
+    (as a new process builds it), gives the next epochs' elements in the unbroken run's
+    order and pixels. With a cache the reshuffle and the augmentation above it used to
+    restart from the first epoch's draw (a different order and crops)."""
+    def make():
+        return pipeline.from_directory(
+            root, image_size=(6, 6), batch_size=None, shuffle=shuffle, seed=370,
+            cache=(str(tmp_path / "cache") if cache == "file" else cache),
+            augment=pipeline.Augment(random_resized_crop=True, horizontal_flip=True,
+                                     brightness=0.3)).repeat(3)
+
+    def key(el):
+        return tuple(t.numpy().tobytes() for t in el)
+
+    unbroken = [key(el) for el in make()]
+    assert len(unbroken) == 3 * N
+    for stop in (N,):  # the first element of the second epoch
+        it = iter(make())
+        before = [key(next(it)) for _ in range(stop)]
+        path = tf.train.Checkpoint(iterator=it).save(str(tmp_path / f"ck{stop}" / "it"))
+        restored = iter(make())
+        tf.train.Checkpoint(iterator=restored).restore(path)
+        assert before == unbroken[:stop]
+        assert [key(el) for el in restored] == unbroken[stop:]
