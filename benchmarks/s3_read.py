@@ -46,7 +46,9 @@ flags.DEFINE_string("sample", os.path.join(REPO, "..", "shared", "data", "imagen
 flags.DEFINE_string("python_fsspec", sys.executable, "Python of the fsspec runs.")
 flags.DEFINE_string("python_tfio", None, "Python of the tensorflow-io runs (TF 2.16 + "
                     "tensorflow-io); none: left out.")
-flags.DEFINE_integer("repeats", 1, "Epochs measured per reader (each in a fresh process).")
+flags.DEFINE_integer("repeats", 1, "Rounds per reader (each run in a fresh process).")
+flags.DEFINE_bool("epoch", True, "Measure one epoch per reader and the local disk; "
+                  "--noepoch: the first batch of the prefix only.")
 flags.DEFINE_string("result_json", os.path.join("benchmarks", "results", "s3_read.json"),
                     "JSON result file.")
 # --num_objects, --num_classes (the first-batch prefix), --timeout (per child): s3_startup's.
@@ -114,7 +116,8 @@ def main(argv):
            "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()}
     try:
         s3_startup.fill_bucket(endpoint, FLAGS.num_objects, FLAGS.num_classes)
-        out["photos"] = upload_sample(endpoint, FLAGS.sample)
+        if FLAGS.epoch:
+            out["photos"] = upload_sample(endpoint, FLAGS.sample)
         base = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3",
                     **s3_startup.s3_env(endpoint))
         readers = {"fsspec": (FLAGS.python_fsspec, dict(base, PIPELINE_REMOTE_READER="fsspec"))}
@@ -125,12 +128,14 @@ def main(argv):
         tree = f"s3://{s3_startup.BUCKET}/{s3_startup.PREFIX}"
         runs = {}
         for r in range(FLAGS.repeats):  # alternated, each a fresh process
-            runs.setdefault("local", []).append(
-                child(FLAGS.python_fsspec, os.path.abspath(FLAGS.sample), "epoch", base,
-                      FLAGS.timeout))
+            if FLAGS.epoch:
+                runs.setdefault("local", []).append(
+                    child(FLAGS.python_fsspec, os.path.abspath(FLAGS.sample), "epoch", base,
+                          FLAGS.timeout))
             for name, (python, env) in readers.items():
-                runs.setdefault(name, []).append(child(python, photos, "epoch", env,
-                                                       FLAGS.timeout))
+                if FLAGS.epoch:
+                    runs.setdefault(name, []).append(child(python, photos, "epoch", env,
+                                                           FLAGS.timeout))
                 runs.setdefault(f"{name}_first_batch", []).append(
                     child(python, tree, "first", env, FLAGS.timeout))
         out["runs"] = runs
