@@ -219,6 +219,21 @@ def check_image_size(image_size, batch_size=None, name: str = "image_size"
     return (int(h), int(w))
 
 
+def check_manifest_options(source, options: Dict[str, Any]) -> None:
+    """Checks that manifest options (``path_column``, ``label_columns``, ``root``, ...:
+    ``options``, those given) come with a manifest ``source`` (``is_manifest``).
+
+    Raises:
+        ValueError: naming the options and ``source``.
+    """
+    if options and (isinstance(source, (list, tuple)) or not is_manifest(source)):
+        shown = (f"a list of {len(source)} paths" if isinstance(source, (list, tuple))
+                 else repr(os.fspath(source)))
+        raise ValueError(f"{', '.join(f'`{k}`' for k in options)} "
+                         f"appl{'ies' if len(options) == 1 else 'y'} to a manifest `source` "
+                         f"(.csv / .jsonl) only; `source` is not one. Received: source={shown}")
+
+
 # --- local paths: sources, output folders, output files ---------------------------------
 
 def _probe(folder: str) -> Optional[str]:
@@ -304,10 +319,12 @@ def check_source(name: str, path: str, manifest_ok: bool = True) -> None:
             + f". {received(name, path)}")
 
 
-def check_output_outside(output_dir, source, root=None) -> None:
-    """Checks that ``output_dir`` is neither the folder ``source`` nor inside it, nor
-    (``source`` a manifest) inside the manifest's ``root`` (default: its folder): files
-    written there would land among the images. URIs ("://") are not compared.
+def check_output_outside(output_dir, source, root=None, manifest_root: bool = False) -> None:
+    """Checks that ``output_dir`` is neither the folder ``source`` nor inside it (files
+    written there would become part of the folder: a sub-folder is a class). With
+    ``manifest_root`` (``python -m pipeline convert``), also not inside a manifest
+    ``source``'s ``root`` (default: its folder), where they would land among the images.
+    URIs ("://") are not compared.
 
     Raises:
         ValueError: naming ``output_dir`` and ``source`` (and ``root`` when given).
@@ -330,7 +347,7 @@ def check_output_outside(output_dir, source, root=None) -> None:
             "`output_dir` must not be `source` or a folder inside it: the shards and "
             f"dataset.json would be written among `source`'s images. {given}")
     folder = os.fspath(root) if root else os.path.dirname(os.path.abspath(src))
-    if os.path.isfile(src) and "://" not in folder and inside(folder):
+    if manifest_root and os.path.isfile(src) and "://" not in folder and inside(folder):
         named = f"root={root!r}" if root else "the manifest's folder"
         raise ValueError(
             f"`output_dir` must not be the manifest's root ({named}) or a folder inside it: "

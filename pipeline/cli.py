@@ -50,14 +50,14 @@ class Number(float):
 
 
 class Names(list):
-    """A list flag's value (``A,B``); ``str`` gives it as typed."""
+    """A list flag's value: ``A,B`` as ``["A", "B"]``; ``str`` gives it as typed."""
+
+    def __init__(self, text=""):
+        super().__init__(text.split(",") if isinstance(text, str) else text)
+        self[:] = [v for v in self if v]
 
     def __str__(self) -> str:
         return ",".join(self)
-
-
-def _list(text: str) -> Names:
-    return Names(v for v in text.split(",") if v)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -82,16 +82,15 @@ class _ParseError(Exception):
         self.command = command
 
 
-_KINDS = {"int": "an integer", "Number": "a number"}
-
-
 class _Parser(argparse_flags.ArgumentParser):
+    KINDS = {"int": "an integer", "Number": "a number"}
+
     def error(self, message):
         command = self.prog[len(PROG) + 1:].split(" ")[0] or None
         m = re.match(r"argument (--\w+)(?:/--\w+)?: invalid (\w+) value: '(.*)'$", message)
-        if m and m.group(2) in _KINDS:
+        if m and m.group(2) in self.KINDS:
             flag = m.group(1)
-            message = f"{flag} must be {_KINDS[m.group(2)]}. Received: {flag}={m.group(3)}"
+            message = f"{flag} must be {self.KINDS[m.group(2)]}. Received: {flag}={m.group(3)}"
         m = re.match(r"argument <command>: invalid choice: '(.*?)'", message)
         if m:
             close = difflib.get_close_matches(m.group(1), list(COMMANDS), n=1, cutoff=0.6)
@@ -142,32 +141,29 @@ class _Bool(argparse.Action):
 def _flag(p, command: str, name: str, default, help_text: str, kind=None) -> None:
     """``--name`` of ``command``; ``kind``: its type (default: the default's) or, for a
     string, its metavar (DIR, FILE, HOST:PORT)."""
-    kind = kind or {bool: bool, int: int, float: Number, tuple: _list}.get(type(default), str)
+    kind = kind or {bool: bool, int: int, float: Number, tuple: Names}.get(type(default), str)
     if kind is bool:
         _BOOLS.setdefault(command, set()).add(name)
         p.add_argument(f"--{name}", f"--no{name}", dest=name, action=_Bool, default=default,
                        help=help_text)
     else:
-        metavar = kind if isinstance(kind, str) else {int: "N", Number: "X", _list: "A,B"}.get(
+        metavar = kind if isinstance(kind, str) else {int: "N", Number: "X", Names: "A,B"}.get(
             kind, "VALUE")
         p.add_argument(f"--{name}", type=str if isinstance(kind, str) else kind,
                        default=default, help=help_text, metavar=metavar)
 
 
-def _flags(bench_defaults: dict) -> Dict[str, list]:
-    """Each command's flags: (name, default, help, kind); docs/cli.md says more."""
-    d = bench_defaults
+def _flags(d: dict) -> Dict[str, list]:
+    """Each command's flags, (name, default, help[, kind]) (``d``: ``bench.DEFAULTS``)."""
     bomb = ("A file whose header claims more pixels than this is a bad file; the default, the "
-            "factories' too, is Pillow's decompression-bomb limit (2 x PIL.Image.MAX_IMAGE_PIXELS).")
+            "factories' too, is Pillow's decompression-bomb limit (2 x PIL.Image.MAX_IMAGE_PIXELS)")
     manifest = [("path_column", None, "Manifest column of the image paths ({} a manifest)."),
-                ("label_columns", None, "Manifest label column(s) ({} a manifest).", _list),
+                ("label_columns", None, "Manifest label column(s) ({} a manifest).", Names),
                 ("root", None, "Manifest root for relative paths ({} a manifest).", "DIR"),
                 ("allow_outside_root", False, "A manifest {} may name files outside its folder.")]
     return {"bench": [
-        ("data_dir", None, "Class-folder directory; default: $PIPELINE_DATA_DIR, else a built-in "
-         "sample of --sample_images generated JPEGs.", "DIR"),
-        ("image_size", ("224", "224"), "Output HEIGHT,WIDTH in pixels (one number: square).",
-         _list),
+        ("data_dir", None, "Class folders (default: $PIPELINE_DATA_DIR, else a sample).", "DIR"),
+        ("image_size", ("224", "224"), "Output HEIGHT,WIDTH, pixels (one number: square).", Names),
         ("batch_size", 64, "Batch size (images)."),
         ("epochs", d["epochs"], "Epochs per candidate run."),
         ("repeats", d["repeats"], "Runs per candidate, alternated round by round."),
@@ -178,15 +174,14 @@ def _flags(bench_defaults: dict) -> Dict[str, list]:
         ("max_spread", d["max_spread"], "Spread (max-min)/median above which a figure is flagged."),
         ("profile", False, "Instead of peers, profile pipeline's stages and name the bottleneck."),
         ("plan", False, "Instead of peers, a capacity plan (cores and service workers needed)."),
-        ("target_images_per_sec", None, "With --plan (required) or --profile: images/s to feed.",
-         Number),
+        ("target_images_per_sec", None, "With --plan (required) or --profile: images/s.", Number),
         ("worker_cores", d["worker_cores"], "With --plan: cores per tf.data service worker."),
         ("headroom", d["headroom"], "With --plan: spare capacity factor (>= 1)."),
         ("augment", d["augment"], "With --plan: measure train mode (crop + flip), not eval."),
         ("profile_dir", None, "With --profile: write a TensorBoard profiler trace here.", "DIR"),
         ("json_out", None, "Also write the figures as JSON to this file.", "FILE"),
         ("progress", True, "Show each candidate run's progress bar per epoch (stderr).")],
-        "scan": [("max_pixels", checks.DEFAULT_MAX_PIXELS, bomb),
+        "scan": [("max_pixels", checks.DEFAULT_MAX_PIXELS, bomb + "."),
                  ("follow_links", False, "Follow linked folders (loop-safe).")]
         + [(f[0], f[1], f[2].format("SOURCE"), *f[3:]) for f in manifest] + [
             ("json_out", None, "Also write the report as JSON to this file.", "FILE"),
@@ -199,25 +194,22 @@ def _flags(bench_defaults: dict) -> Dict[str, list]:
             ("shuffle", True, "Write the rows in a seeded random order (--seed)."),
             ("seed", 0, "The seed of the random order the rows are written in (with --shuffle)."),
             ("on_error", "raise", "A bad file: 'raise' (exit 1, nothing written) or 'skip'."),
-            ("max_pixels", checks.DEFAULT_MAX_PIXELS, bomb)]
+            ("max_pixels", checks.DEFAULT_MAX_PIXELS, bomb + " (checked with --on_error).")]
         + [(f[0], f[1], f[2].format("SRC"), *f[3:]) for f in manifest] + [
             ("json", False, "End with the result as one JSON line, not the summary line."),
             ("progress", True, "Show progress bars of the files checked and written (stderr).")],
         "service": [
             ("port", None, "TCP port to listen on (0: any free port). [default: dispatcher "
              f"{service_args.DISPATCHER_PORT}, worker 0]", int),
-            ("dispatcher_address", None, "worker: the dispatcher's HOST:PORT (required).",
-             "HOST:PORT"),
-            ("worker_address", None, "worker: address to advertise (default localhost:<port>).",
-             "HOST:PORT"),
+            ("dispatcher_address", None, "worker: the dispatcher (required).", "HOST:PORT"),
+            ("worker_address", None, "worker: its address (localhost:<port>).", "HOST:PORT"),
             ("heartbeat_interval_ms", None, "worker: heartbeat interval.", int),
-            ("worker_addresses", None, "dispatcher: fixed worker HOST:PORTs.", _list),
+            ("worker_addresses", None, "dispatcher: fixed worker HOST:PORTs.", Names),
             ("work_dir", None, "dispatcher: journal folder (fault tolerance).", "DIR"),
             ("fault_tolerant_mode", False, "dispatcher: journal state to --work_dir."),
             ("worker_timeout_ms", None, "dispatcher: worker heartbeat timeout.", int)],
         "doctor": [("json", False, "Print the report as JSON instead of aligned lines."),
-                   ("json_out", None, "Also write the stack report as JSON to this file.",
-                    "FILE")]}
+                   ("json_out", None, "Also write the stack report as JSON to this file.", "FILE")]}
 
 
 def build_parser() -> _Parser:
@@ -358,16 +350,16 @@ def _error(command_name: Optional[str], message: str) -> int:
 
 
 def _write_json(args, obj) -> None:
-    """Writes ``obj`` to ``--json_out`` (checked before the work), if given."""
+    """Writes ``obj`` to ``--json_out`` (checked before the work, in ``main``), if given."""
     from pipeline.benchmarking import harness
-    if args.json_out:
-        try:
-            harness.write_json(args.json_out, obj, indent=2)
-        except OSError as e:
-            raise usage_error(f"--json_out: cannot write {args.json_out!r} "
-                              f"({e.strerror or e}). Received: --json_out={args.json_out!r}"
-                              ) from None
-        print(f"wrote {args.json_out}")
+    if not args.json_out:
+        return
+    try:
+        harness.write_json(args.json_out, obj, indent=2)
+    except OSError as e:
+        raise usage_error(f"--json_out: cannot write {args.json_out!r} ({e.strerror or e}). "
+                          f"Received: --json_out={args.json_out!r}") from None
+    print(f"wrote {args.json_out}")
 
 
 # --- bench ---------------------------------------------------------------------
@@ -387,8 +379,6 @@ def _bench_args(args) -> dict:
 def _check_bench(args) -> None:
     from pipeline.benchmarking import bench
     bench.check(**_bench_args(args))
-    if args.json_out:
-        checks.check_writable("json_out", args.json_out)
 
 
 def cmd_bench(args) -> int:
@@ -416,20 +406,9 @@ def _manifest_flags(args) -> dict:
                                           "allow_outside_root") if getattr(args, k)}
 
 
-def _check_manifest_flags(args, label: str) -> None:
-    kw = _manifest_flags(args)
-    if kw and not checks.is_manifest(args.source):
-        raise usage_error(
-            f"{', '.join('--' + k for k in kw)} appl{'ies' if len(kw) == 1 else 'y'} to a "
-            f"manifest {label} (.csv / .jsonl) only; {label} is not one. "
-            f"Received: {label}={args.source!r}")
-
-
 def _check_scan(args) -> None:
-    _check_manifest_flags(args, "SOURCE")
+    checks.check_manifest_options(args.source, _manifest_flags(args))
     checks.check_source("source", args.source)
-    if args.json_out:  # fail before the scan, not after it
-        checks.check_writable("json_out", args.json_out)
 
 
 def cmd_scan(args) -> int:
@@ -443,14 +422,14 @@ def cmd_scan(args) -> int:
 
 
 def _check_convert(args) -> None:
-    _check_manifest_flags(args, "SRC")
-    checks.check_source("source", args.source)
-    checks.check_output_outside(args.out, args.source, args.root)
+    _check_scan(args)
+    checks.check_output_outside(args.out, args.source, args.root, manifest_root=True)
     checks.check_folder("output_dir", args.out)
 
 
 def cmd_convert(args) -> int:
     from pipeline import shards
+
     def quiet(record) -> bool:  # summary_lines says it instead
         return not record.getMessage().startswith(shards.FEWER_SHARDS)
 
@@ -554,11 +533,6 @@ def cmd_service(args) -> int:
 
 # --- doctor --------------------------------------------------------------------
 
-def _check_doctor(args) -> None:
-    if args.json_out:
-        checks.check_writable("json_out", args.json_out)
-
-
 def cmd_doctor(args) -> int:
     from pipeline import stack
     info = stack.doctor()
@@ -596,7 +570,7 @@ def _plain_log_lines():
 
 
 CHECKS = {"bench": _check_bench, "scan": _check_scan, "convert": _check_convert,
-          "service": _check_service, "doctor": _check_doctor}
+          "service": _check_service, "doctor": lambda args: None}
 RUNS = {"bench": cmd_bench, "scan": cmd_scan, "convert": cmd_convert, "service": cmd_service,
         "doctor": cmd_doctor}
 
@@ -607,6 +581,8 @@ def main(args: argparse.Namespace) -> int:
     name = args.command
     try:
         CHECKS[name](args)
+        if getattr(args, "json_out", None):  # fail before the work, not after it
+            checks.check_writable("json_out", args.json_out)
         with _plain_log_lines():
             _import_tensorflow()
             try:

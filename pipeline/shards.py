@@ -313,11 +313,10 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         TypeError: an unknown keyword argument (the message names it and the
             closest valid name).
         ValueError: a bad argument (named, with the value received);
-            ``output_dir`` already holds shards or a ``dataset.json``; or
-            ``output_dir`` is the folder ``source`` or inside it, or inside a
-            manifest ``source``'s root (``checks.check_output_outside``: the
-            shards would land among the images; checked before anything is read
-            or written).
+            ``output_dir`` is a file, or already holds shards or a ``dataset.json``; or
+            ``output_dir`` is the folder ``source`` or inside it
+            (``checks.check_output_outside``: the shards would become part of the
+            folder; checked before anything is read or written).
         FileNotFoundError: a file a manifest lists is missing, unless
             ``on_error="skip"`` (the message names the manifest line).
         BadFilesError: with ``on_error="raise"``, a bad file (every bad file
@@ -332,9 +331,12 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     if max_pixels is not None:
         max_pixels = checks.check_int("max_pixels", max_pixels)
     max_resolution, jpeg_quality = check_resolution(max_resolution, jpeg_quality)
-    checks.check_output_outside(output_dir, source, index_kw.get("root"))
-    idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
     output_dir = os.fspath(output_dir)
+    checks.check_output_outside(output_dir, source)
+    if read.exists(output_dir) and not read.isdir(output_dir):
+        raise ValueError(f"`output_dir` must be a folder (new or existing); {output_dir!r} is "
+                         f"a file. {checks.received('output_dir', output_dir)}")
+    idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
     read.ensure_filesystem(output_dir, in_graph=True)
     try:
         listing = tf.io.gfile.listdir(output_dir)
