@@ -194,7 +194,7 @@ def _flags(d: dict) -> Dict[str, list]:
             ("shuffle", True, "Write the rows in a seeded random order (--seed)."),
             ("seed", 0, "The seed of the random order the rows are written in (with --shuffle)."),
             ("on_error", "raise", "A bad file: 'raise' (exit 1, nothing written) or 'skip'."),
-            ("max_pixels", checks.DEFAULT_MAX_PIXELS, bomb + " (checked with --on_error).")]
+            ("max_pixels", checks.DEFAULT_MAX_PIXELS, bomb + ".")]
         + [(f[0], f[1], f[2].format("SRC"), *f[3:]) for f in manifest] + [
             ("json", False, "End with the result as one JSON line, not the summary line."),
             ("progress", True, "Show progress bars of the files checked and written (stderr).")],
@@ -317,9 +317,9 @@ def user_names(command_name: str, message: str, flag_names: Sequence[str] = ()) 
     The library names its Python arguments ("`directory` does not exist",
     "Received: output_dir='x'", "seed=-1", "plan=True", "work_dir=None"); the user
     typed SRC, OUT, --seed, --plan, nothing: each name the command knows (``ARG_NAMES``
-    and its flags) is replaced where it stands for the argument ("`name`", "name="),
-    a boolean flag's ``=True`` / ``=False`` is ``--name`` / ``--noname`` and a flag's
-    ``=None`` is "no --name".
+    and its flags) is replaced where it stands for the argument ("`name`", "name="); after
+    "Received: ", a boolean flag's ``=True`` / ``=False`` is ``--name`` / ``--noname`` and
+    a flag's ``=None`` is "no --name".
     """
     names = {f: f"--{f}" for f in (flag_names or command_flags(command_name))}
     names.update(ARG_NAMES.get(command_name, {}))
@@ -327,10 +327,11 @@ def user_names(command_name: str, message: str, flag_names: Sequence[str] = ()) 
         user = names[py]
         message = message.replace(f"`{py}`", user).replace(f"`{py}=", f"`{user}=")
         message = re.sub(rf"(?<![\w`./-]){re.escape(py)}=", f"{user}=", message)
+    head, said, tail = message.rpartition("Received: ")
     for b in _BOOLS.get(command_name, ()):
-        message = re.sub(rf"--{b}=(True|False)\b",
-                         lambda m: f"--{'' if m.group(1) == 'True' else 'no'}{b}", message)
-    return re.sub(r"(?<![\w-])(--\w+)=None\b", r"no \1", message)
+        tail = re.sub(rf"--{b}=(True|False)\b",
+                      lambda m: f"--{'' if m.group(1) == 'True' else 'no'}{b}", tail)
+    return head + said + re.sub(r"(?<![\w-])(--\w+)=None\b", r"no \1", tail)
 
 
 def usage_error(message: str) -> app.UsageError:

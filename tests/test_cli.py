@@ -553,6 +553,11 @@ def test_user_names_replaces_only_whole_argument_names():
     assert cli.user_names("scan", "Received: directory='d'") == "Received: SOURCE='d'"
     assert cli.user_names("bench", "Received: directory='d', batch_size=64") == \
         "Received: --data_dir='d', --batch_size=64"
+    # the library's booleans and None, after "Received: ", as the user typed (or did not)
+    assert cli.user_names("bench", "`image_size=None` needs `batch_size=None`. Received: "
+                                   "plan=True, augment=False, target_images_per_sec=None") == \
+        ("`--image_size=None` needs `--batch_size=None`. Received: --plan, --noaugment, "
+         "no --target_images_per_sec")
 
 
 def _nan_run(name, n):
