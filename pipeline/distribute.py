@@ -262,7 +262,8 @@ def service_transformation(opts: config_lib.ImageOptions):
 
 
 @checks.known_keywords()
-def run_dispatcher(port: int = service_args.DISPATCHER_PORT, worker_addresses: Optional[Sequence[str]] = None,
+def run_dispatcher(port: int = service_args.DISPATCHER_PORT,
+                   worker_addresses: Optional[Sequence[str]] = None,
                    work_dir: Optional[str] = None, fault_tolerant_mode: bool = False,
                    job_gc_timeout_ms: Optional[int] = None,
                    worker_timeout_ms: Optional[int] = None, load_tfio: bool = True,
