@@ -1,7 +1,10 @@
 """Argument checks shared by every stage (the base of the package: imports no other module).
 
 Every bad argument raises ``ValueError`` naming the argument and the value
-received, in Keras' form: ``"... Received: image_size=(0, 224)"``.
+received, in Keras' form: ``"... Received: image_size=(0, 224)"``. The checks of
+local paths (``check_source``, ``check_folder``, ``check_writable``,
+``check_output_outside``) are here too, TensorFlow-free, so that the command line
+answers a bad path before TensorFlow loads.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import functools
 import inspect
 import numbers
 import os
-import socket
+import tempfile
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
@@ -34,36 +37,6 @@ def is_manifest(path) -> bool:
     """True when ``path`` names a file with a manifest extension (.csv, .tsv, .jsonl, .json)."""
     return isinstance(path, (str, os.PathLike)) and os.fspath(path).lower().endswith(
         MANIFEST_EXTENSIONS)
-
-
-def claim_port(port: int) -> socket.socket:
-    """A TCP socket bound to ``port`` on every interface by a plain bind, not listening.
-
-    Plain: no ``SO_REUSEADDR``, no ``SO_REUSEPORT``. gRPC (the tf.data service) binds its
-    servers with ``SO_REUSEPORT``, so a second server on a taken port would start beside
-    the first and share it; this bind fails instead while any socket holds the port, and
-    while it is held no server can bind it. Here, in the module that imports nothing heavy,
-    so that the command line checks a port before TensorFlow loads.
-
-    Args:
-        port: int, 0-65535; 0 binds a free port chosen by the OS (read it with
-            ``getsockname()[1]``).
-
-    Returns:
-        The bound socket; close it to free the port.
-
-    Raises:
-        OSError: the port is in use (``errno.EADDRINUSE``, "Address already in use") or
-            cannot be bound (e.g. a port below 1024 without the right).
-    """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
-        sock.bind(("", port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 def received(name: str, value: Any) -> str:
@@ -244,3 +217,138 @@ def check_image_size(image_size, batch_size=None, name: str = "image_size"
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v <= 0:
             raise bad
     return (int(h), int(w))
+
+
+def check_manifest_options(source, options: Dict[str, Any]) -> None:
+    """Checks that manifest options (``path_column``, ``label_columns``, ``root``, ...:
+    ``options``, those given) come with a manifest ``source`` (``is_manifest``).
+
+    Raises:
+        ValueError: naming the options and ``source``.
+    """
+    if options and (isinstance(source, (list, tuple)) or not is_manifest(source)):
+        shown = (f"a list of {len(source)} paths" if isinstance(source, (list, tuple))
+                 else repr(os.fspath(source)))
+        raise ValueError(f"{', '.join(f'`{k}`' for k in options)} "
+                         f"appl{'ies' if len(options) == 1 else 'y'} to a manifest `source` "
+                         f"(.csv / .jsonl) only; `source` is not one. Received: source={shown}")
+
+
+# --- local paths: sources, output folders, output files ---------------------------------
+
+def _probe(folder: str) -> Optional[str]:
+    """None if a file can be created in ``folder`` (a real probe, removed at once:
+    ``os.access`` says yes to root even in /proc), else why not."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def check_writable(name: str, path: str) -> None:
+    """Checks that the file ``path`` (the argument ``name``) can be written, writing
+    nothing: an existing file is opened for append (nothing truncated), a new one probed.
+
+    Raises:
+        ValueError: ``path`` is a folder, its folder is missing or a file, or it cannot
+            be written (the operating system's reason), naming ``name`` and ``path``.
+    """
+    given = received(name, path)
+    folder = existing = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if os.path.isdir(path):
+        raise ValueError(f"`{name}` is a folder, not a file. {given}")
+    if not os.path.isdir(existing):
+        raise ValueError(f"`{name}`: {existing!r} is a file, not a folder: cannot write "
+                         f"{path!r} in it. {given}")
+    if existing != folder:
+        raise ValueError(f"`{name}`: folder {folder!r} does not exist. {given}")
+    try:
+        why = open(path, "a").close() if os.path.exists(path) else _probe(folder)
+    except OSError as e:
+        why = e.strerror or str(e)
+    if why:
+        raise ValueError(f"`{name}`: cannot write {path!r} ({why}). {given}")
+
+
+def check_folder(name: str, path: str) -> None:
+    """Checks that the local folder ``path`` (the argument ``name``) exists or can be
+    created, and can be written; creates nothing. A URI ("://") is its file system's.
+
+    Raises:
+        ValueError: ``path`` is a file, lies under a file, or cannot be created or
+            written (the operating system's reason), naming ``name`` and ``path``.
+    """
+    if "://" in path:
+        return
+    full, given = os.path.abspath(path), received(name, path)
+    if os.path.exists(full) and not os.path.isdir(full):
+        raise ValueError(f"`{name}` must be a folder (new or existing); {path!r} is a file. "
+                         f"{given}")
+    parent = full
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"`{name}`: cannot create folder {path!r}: {parent!r} is a file. "
+                         f"{given}")
+    why = _probe(parent)
+    if why:
+        what = (f"cannot write in folder {path!r}" if parent == full else
+                f"cannot create folder {path!r} in {parent!r}")
+        raise ValueError(f"`{name}`: {what} ({why}). {given}")
+
+
+def check_source(name: str, path: str, manifest_ok: bool = True) -> None:
+    """Checks that the local ``path`` (the argument ``name``) is a folder, or with
+    ``manifest_ok`` a manifest (``is_manifest``). A URI ("://") is its file system's.
+
+    Raises:
+        ValueError: ``path`` does not exist, or is a file of another kind.
+    """
+    if "://" in path:
+        return
+    if not os.path.exists(path):
+        raise ValueError(f"`{name}` does not exist: {path!r}")
+    if not (os.path.isdir(path) or (manifest_ok and is_manifest(path))):
+        raise ValueError(
+            f"`{name}` must be " + ("a folder or a manifest (.csv / .jsonl; .tsv / .json too)"
+                                    f"; {path!r} is a file that is neither" if manifest_ok
+                                    else f"a folder; {path!r} is a file")
+            + f". {received(name, path)}")
+
+
+def check_output_outside(output_dir, source, root=None, manifest_root: bool = False) -> None:
+    """Checks that ``output_dir`` is neither the folder ``source`` nor inside it (files
+    written there would become part of the folder: a sub-folder is a class). With
+    ``manifest_root`` (``python -m pipeline convert``), also not inside a manifest
+    ``source``'s ``root`` (default: its folder), where they would land among the images.
+    URIs ("://") are not compared.
+
+    Raises:
+        ValueError: naming ``output_dir`` and ``source`` (and ``root`` when given).
+    """
+    if not isinstance(source, (str, os.PathLike)) or not isinstance(output_dir,
+                                                                    (str, os.PathLike)):
+        return
+    src, out = os.fspath(source), os.fspath(output_dir)
+    if "://" in src or "://" in out:
+        return
+    real_out = os.path.realpath(out)
+
+    def inside(folder: str) -> bool:
+        real = os.path.realpath(folder)
+        return real_out == real or real_out.startswith(real.rstrip(os.sep) + os.sep)
+
+    given = f"{received('output_dir', out)}, source={src!r}"
+    if os.path.isdir(src) and inside(src):
+        raise ValueError(
+            "`output_dir` must not be `source` or a folder inside it: the shards and "
+            f"dataset.json would be written among `source`'s images. {given}")
+    folder = os.fspath(root) if root else os.path.dirname(os.path.abspath(src))
+    if manifest_root and os.path.isfile(src) and "://" not in folder and inside(folder):
+        named = f"root={root!r}" if root else "the manifest's folder"
+        raise ValueError(
+            f"`output_dir` must not be the manifest's root ({named}) or a folder inside it: "
+            f"the shards and dataset.json would be written among its images. {given}")

@@ -55,6 +55,7 @@ from absl import logging
 
 from pipeline import checks
 from pipeline import config as config_lib
+from pipeline import service_args
 from pipeline import stack
 
 PROCESSING_MODES = {
@@ -184,7 +185,7 @@ def _check_reachable(address: str, service: str, timeout: float = 10.0) -> None:
 class PortInUseError(RuntimeError):
     """A tf.data service server's fixed port is taken (``run_dispatcher`` / ``run_worker``).
 
-    Checked by a plain bind (``pipeline.checks.claim_port``) right before the server
+    Checked by a plain bind (``pipeline.service_args.claim_port``) right before the server
     binds: gRPC binds with ``SO_REUSEPORT``, so a second server on a taken port would
     otherwise start beside the first and share it.
 
@@ -205,7 +206,7 @@ def _claim_now(role: str, port: int) -> int:
     by the OS now (so that it can be logged: TensorFlow's worker has no public way to
     tell the port it bound)."""
     try:
-        with contextlib.closing(checks.claim_port(port)) as sock:
+        with contextlib.closing(service_args.claim_port(port)) as sock:
             return sock.getsockname()[1]
     except OSError as e:
         raise PortInUseError(role, port, e.strerror or str(e)) from None
@@ -261,7 +262,8 @@ def service_transformation(opts: config_lib.ImageOptions):
 
 
 @checks.known_keywords()
-def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] = None,
+def run_dispatcher(port: int = service_args.DISPATCHER_PORT,
+                   worker_addresses: Optional[Sequence[str]] = None,
                    work_dir: Optional[str] = None, fault_tolerant_mode: bool = False,
                    job_gc_timeout_ms: Optional[int] = None,
                    worker_timeout_ms: Optional[int] = None, load_tfio: bool = True,
@@ -289,11 +291,17 @@ def run_dispatcher(port: int = 5050, worker_addresses: Optional[Sequence[str]] =
     Raises:
         TypeError: an unknown keyword argument (the message names it and the
             closest valid name).
+        ValueError: a bad argument (``service_args.check_dispatcher``: ``port``
+            0-65535, ``worker_timeout_ms`` > 0, ``fault_tolerant_mode`` without
+            ``work_dir``, a worker address that is not "host:port"), before
+            TensorFlow starts anything.
         pipeline.distribute.PortInUseError (a ``RuntimeError``): ``port`` is
             taken (checked right before the server binds it, where gRPC would
             share it with the other server).
         RuntimeError: the server cannot start otherwise (gRPC's "Could not start ...").
     """
+    service_args.check_dispatcher(port, worker_addresses, work_dir, fault_tolerant_mode,
+                                  worker_timeout_ms)
     _register_tfio_ops(load_tfio)
     if port:
         _claim_now("dispatcher", port)
@@ -360,9 +368,13 @@ def run_worker(dispatcher_address: str, port: int = 0,
             taken (checked right before the server binds it, where gRPC would
             share it with the other server).
         RuntimeError: the server cannot start otherwise (gRPC's "Could not start ...").
-        ValueError: ``dispatcher_address`` has no port number.
+        ValueError: a bad argument (``service_args.check_worker``:
+            ``dispatcher_address`` or ``worker_address`` not "host:port" with a port
+            1-65535, ``port`` 0-65535, ``heartbeat_interval_ms`` > 0), before
+            TensorFlow starts anything.
         KeyboardInterrupt: Ctrl-C, also while waiting for the dispatcher.
     """
+    service_args.check_worker(dispatcher_address, port, worker_address, heartbeat_interval_ms)
     if "://" in dispatcher_address:
         dispatcher_address = dispatcher_address.split("://", 1)[1]
     _register_tfio_ops(load_tfio)

@@ -239,15 +239,8 @@ class ScanReport:
 
 def _index_for(source, follow_links=False, allow_outside_root=False, manifest_kw=None):
     manifest_kw = manifest_kw or {}
+    checks.check_manifest_options(source, manifest_kw)
     is_manifest = not isinstance(source, (list, tuple)) and manifest_lib.is_manifest(source)
-    if manifest_kw and not is_manifest:
-        shown = ", ".join(f"{k}={v!r}" for k, v in manifest_kw.items())
-        names = ", ".join(f"`{k}`" for k in manifest_kw)
-        raise ValueError(f"{names} appl{'ies' if len(manifest_kw) == 1 else 'y'} to a manifest "
-                         f"source (.csv / .jsonl) only; `source` is not one. Received: "
-                         f"{shown}, source="
-                         + (f"a list of {len(source)} paths" if isinstance(source, (list, tuple))
-                            else repr(os.fspath(source))))
     if isinstance(source, (list, tuple)):
         return index_lib.index_paths(list(source))
     source = os.fspath(source)

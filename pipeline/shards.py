@@ -312,8 +312,11 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     Raises:
         TypeError: an unknown keyword argument (the message names it and the
             closest valid name).
-        ValueError: a bad argument (named, with the value received), or
-            ``output_dir`` already holds shards or a ``dataset.json``.
+        ValueError: a bad argument (named, with the value received);
+            ``output_dir`` is a file, or already holds shards or a ``dataset.json``; or
+            ``output_dir`` is the folder ``source`` or inside it
+            (``checks.check_output_outside``: the shards would become part of the
+            folder; checked before anything is read or written).
         FileNotFoundError: a file a manifest lists is missing, unless
             ``on_error="skip"`` (the message names the manifest line).
         BadFilesError: with ``on_error="raise"``, a bad file (every bad file
@@ -328,8 +331,12 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     if max_pixels is not None:
         max_pixels = checks.check_int("max_pixels", max_pixels)
     max_resolution, jpeg_quality = check_resolution(max_resolution, jpeg_quality)
-    idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
     output_dir = os.fspath(output_dir)
+    checks.check_output_outside(output_dir, source)
+    if read.exists(output_dir) and not read.isdir(output_dir):
+        raise ValueError(f"`output_dir` must be a folder (new or existing); {output_dir!r} is "
+                         f"a file. {checks.received('output_dir', output_dir)}")
+    idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
     read.ensure_filesystem(output_dir, in_graph=True)
     try:
         listing = tf.io.gfile.listdir(output_dir)
@@ -452,6 +459,56 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     with tf.io.gfile.GFile(read.join(output_dir, SIDECAR), "w") as f:
         f.write(json.dumps(meta, indent=1))
     return meta
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def bad_files_lines(error: BadFilesError, on_error: str) -> List[str]:
+    """``error`` as lines: what was refused (in the arguments' names, e.g.
+    ``on_error=raise``), then "  PATH: REASON" for each bad file."""
+    n = len(error.records)
+    head = (f"all {error.num_files} files are bad: nothing to write"
+            if n == error.num_files and on_error == "skip" else
+            f"{n} bad file{'s' if n > 1 else ''} of {error.num_files}; nothing written "
+            "(on_error=raise; on_error=skip leaves them out)")
+    return [f"{head}:"] + [f"  {r.path}: {r.reason}" for r in error.records]
+
+
+def summary_lines(meta: dict, output_dir: str, seconds: float,
+                  num_shards: Optional[int] = None) -> List[str]:
+    """What ``write_tfrecords`` wrote (its ``meta``) to ``output_dir`` in ``seconds``: the
+    bad files skipped (each "  PATH: REASON"), fewer shards than ``num_shards`` asked,
+    and a last line, e.g. "wrote 9 records in 2 shards to out/ in 4.1 s (3 classes);
+    3 bad files skipped (listed above and in out/dataset.json)"."""
+    lines, skipped = [], meta.get("skipped") or []
+    if skipped:
+        lines.append(f"skipped {_count(len(skipped), 'bad file')} of "
+                     f"{meta['num_examples'] + len(skipped)} (on_error=skip):")
+        lines += [f"  {r['path']}: {r['reason']}" for r in skipped]
+    if num_shards is not None and len(meta["shards"]) < num_shards:
+        lines.append(f"wrote {len(meta['shards'])} shards, not num_shards={num_shards}: there "
+                     f"are only {meta['num_examples']} files to write"
+                     + (f" ({len(skipped)} bad left out)" if skipped else "")
+                     + " and a shard holds at least one record (one file per shard)")
+    n_classes = len(meta["class_names"] or [])
+    classes = f" ({n_classes:,} class{'' if n_classes == 1 else 'es'})" if n_classes else ""
+    sidecar = read.join(output_dir, SIDECAR)
+    bad = (f"; {_count(len(skipped), 'bad file')} skipped (listed above and in {sidecar})"
+           if skipped else "; no bad files")
+    lines.append(f"wrote {_count(meta['num_examples'], 'record')} in "
+                 f"{_count(len(meta['shards']), 'shard')} to {output_dir} in {seconds:.1f} s"
+                 f"{classes}{bad}")
+    return lines
+
+
+def about_path(error: Exception, path: str) -> bool:
+    """True when ``error`` (an OSError or a TensorFlow error) names ``path`` or a file in
+    it: a failure to write ``write_tfrecords``' ``output_dir``, not to read a source."""
+    text = " ".join(str(x) for x in (getattr(error, "filename", None),
+                                     getattr(error, "filename2", None), error) if x)
+    return any(p and p in text for p in {path.rstrip("/"), os.path.abspath(path)})
 
 
 def _mask_features(mask_path: str, error: str, counts) -> dict:

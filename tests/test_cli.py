@@ -150,12 +150,6 @@ def test_doctor_prints_the_stack(tmp_path, monkeypatch):
     info = json.loads((tmp_path / "d.json").read_text())
     text = json.dumps(info)
     assert tf.__version__ in text and np.__version__ in text
-    # without pipeline.stack (written elsewhere): the basic list
-    monkeypatch.setitem(sys.modules, "pipeline.stack", None)  # import raises
-    basic = cli.basic_stack()
-    assert set(basic) >= {"python", "tensorflow", "keras", "numpy", "tensorflow-io", "Pillow",
-                          "cpus"}
-    assert basic["tensorflow"] == tf.__version__
 
 
 def test_python_dash_m_pipeline_help_exits_0():
@@ -559,6 +553,11 @@ def test_user_names_replaces_only_whole_argument_names():
     assert cli.user_names("scan", "Received: directory='d'") == "Received: SOURCE='d'"
     assert cli.user_names("bench", "Received: directory='d', batch_size=64") == \
         "Received: --data_dir='d', --batch_size=64"
+    # the library's booleans and None, after "Received: ", as the user typed (or did not)
+    assert cli.user_names("bench", "`image_size=None` needs `batch_size=None`. Received: "
+                                   "plan=True, augment=False, target_images_per_sec=None") == \
+        ("`--image_size=None` needs `--batch_size=None`. Received: --plan, --noaugment, "
+         "no --target_images_per_sec")
 
 
 def _nan_run(name, n):
@@ -686,7 +685,8 @@ def test_bench_never_prints_nan_figures(tmp_path, monkeypatch):
     assert not re.search(r"\bnan\b", table.lower())
     assert table.splitlines()[2].split() == ["pipeline", "-", "-", "-", "-", "0.60", "3.20",
                                              "533", "-"]
-    cli._write_json(str(tmp_path / "n.json"), {"a": float("nan"), "b": [float("inf"), 1.5]})
+    bench.write_json(str(tmp_path / "n.json"), {"a": float("nan"), "b": [float("inf"), 1.5]},
+                     indent=2)
     assert (tmp_path / "n.json").read_text().split() == ['{', '"a":', 'null,', '"b":', '[',
                                                          'null,', '1.5', ']', '}']
 
@@ -1117,22 +1117,25 @@ def test_output_paths_that_exist_but_cannot_be_written_are_usage_errors_first(tm
 
 
 def test_writable_checks_leave_nothing_and_truncate_nothing(tmp_path):
+    import argparse
     from absl.app import UsageError
+    from pipeline import checks, shards
     existing = tmp_path / "old.json"
     existing.write_text("keep me")
-    cli._check_writable("--json_out", str(existing))
-    cli._check_writable("--json_out", str(tmp_path / "new.json"))
-    with pytest.raises(UsageError, match=r"^--json_out: cannot write '/proc/version' "):
-        cli._check_writable("--json_out", "/proc/version")  # exists, not writable
-    cli._check_folder("OUT", str(tmp_path / "a" / "b"))
-    cli._check_folder("OUT", str(tmp_path))
+    checks.check_writable("json_out", str(existing))
+    checks.check_writable("json_out", str(tmp_path / "new.json"))
+    with pytest.raises(ValueError, match=r"^`json_out`: cannot write '/proc/version' "):
+        checks.check_writable("json_out", "/proc/version")  # exists, not writable
+    checks.check_folder("output_dir", str(tmp_path / "a" / "b"))
+    checks.check_folder("output_dir", str(tmp_path))
     assert existing.read_text() == "keep me" and sorted(os.listdir(tmp_path)) == ["old.json"]
     # convert's writer: an error that names OUT (or a file in it) is about OUT
-    assert cli._about_path(PermissionError(13, "Permission denied", "/o/s/data.tfrecord"), "/o/s/")
-    assert not cli._about_path(OSError(5, "Input/output error", "/src/a.jpg"), "/o/s")
+    assert shards.about_path(PermissionError(13, "Permission denied", "/o/s/data.tfrecord"),
+                             "/o/s/")
+    assert not shards.about_path(OSError(5, "Input/output error", "/src/a.jpg"), "/o/s")
     # a failure to write at the end is a usage error naming the flag, not a raw OSError
     with pytest.raises(UsageError) as e:
-        cli._write_text("/proc/x.json", "{}")
+        cli._write_json(argparse.Namespace(json_out="/proc/x.json"), {})
     assert str(e.value).startswith("--json_out: cannot write '/proc/x.json' (") and \
         str(e.value).endswith("). Received: --json_out='/proc/x.json'")
 
@@ -1381,13 +1384,13 @@ def test_a_service_port_is_held_while_tensorflow_loads_and_checked_again_before_
     so one taken in between (here: right after the command frees it) is the same usage
     error, with no server started."""
     import socket
-    from pipeline import checks
+    from pipeline import service_args
     port = _free_port()
     seen, grabbed = [], []
 
     def import_tensorflow(real=cli._import_tensorflow):
         try:  # another server's check while this one loads TensorFlow
-            checks.claim_port(port).close()
+            service_args.claim_port(port).close()
             seen.append("free")
         except OSError as e:
             seen.append(e.strerror)
@@ -1421,7 +1424,7 @@ def test_a_service_port_is_held_while_tensorflow_loads_and_checked_again_before_
         f"in use (Address already in use); choose another --port. Received: --port={port}")
     assert "Traceback" not in err
     assert not cli._HELD_PORT  # nothing left bound in this process
-    checks.claim_port(port).close()  # and the port is free again
+    service_args.claim_port(port).close()  # and the port is free again
 
 
 def _bench_result(name, ips):
@@ -1569,14 +1572,18 @@ def test_a_flags_value_is_echoed_as_typed():
 
 
 def test_convert_summary_line():
+    from pipeline import shards
     meta = {"num_examples": 1234, "class_names": ["a"], "shards": [{}], "skipped": []}
-    assert cli.convert_summary(meta, "out", 3.04) == (
-        "wrote 1,234 records in 1 shard to out in 3.0 s (1 class); no bad files")
+    assert shards.summary_lines(meta, "out", 3.04) == [
+        "wrote 1,234 records in 1 shard to out in 3.0 s (1 class); no bad files"]
     meta = {"num_examples": 1, "class_names": None, "shards": [{}, {}],
             "skipped": [{"path": "x", "reason": "y"}]}
-    assert cli.convert_summary(meta, "gs://b/out/", 0.5) == (
+    assert shards.summary_lines(meta, "gs://b/out/", 0.5, num_shards=3) == [
+        "skipped 1 bad file of 2 (on_error=skip):", "  x: y",
+        "wrote 2 shards, not num_shards=3: there are only 1 files to write (1 bad left out) "
+        "and a shard holds at least one record (one file per shard)",
         "wrote 1 record in 2 shards to gs://b/out/ in 0.5 s; 1 bad file skipped (listed above "
-        "and in gs://b/out/dataset.json)")
+        "and in gs://b/out/dataset.json)"]
 
 
 def test_bench_bars_show_the_steady_rate_of_the_table(capsys):
@@ -1617,11 +1624,12 @@ def test_bench_bars_show_the_steady_rate_of_the_table(capsys):
 def test_bench_refuses_every_flag_its_report_does_not_read():
     """`bench --profile --compare=plain,keras` dropped --compare; `--plan ... --compare=plain`
     too; `--target_images_per_sec=100` without --plan or --profile ran the peer comparison."""
+    from pipeline.benchmarking import bench as bench_lib
     bench_flags = set(cli.command_flags("bench"))
     read_by_all = {"data_dir", "image_size", "batch_size", "sample_images", "on_error",
                    "json_out", "plan", "profile", "progress"}
-    assert bench_flags - set(cli.BENCH_MODE_FLAGS) == read_by_all
-    assert set(cli.BENCH_MODE_FLAGS) <= bench_flags
+    assert bench_flags - set(bench_lib.MODE_OPTIONS) == read_by_all
+    assert set(bench_lib.MODE_OPTIONS) <= bench_flags
     peers = "the peer comparison is bench without --plan or --profile"
     cases = [
         (["bench", "--profile", "--compare=plain,keras"],

@@ -1,5 +1,6 @@
 """tf.distribute: input-context sharding and MirroredStrategy, exactly once per epoch."""
 
+import socket
 import textwrap
 
 import pytest
@@ -88,3 +89,35 @@ def test_mirrored_strategy_two_logical_cpus_exactly_once(root):
     for per_replica in got["epochs"]:
         assert per_replica[0] and per_replica[1]        # both replicas got data
         assert sorted(per_replica[0] + per_replica[1]) == list(range(N))
+
+
+def test_run_worker_and_run_dispatcher_check_their_arguments_before_a_server_starts():
+    """The command line refused a bad address or port before TensorFlow loaded; a library
+    user's `run_worker("nohost")` reached TensorFlow (or waited for the dispatcher)."""
+    from pipeline import service_args
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    cases = [
+        (lambda: pipeline.run_worker("nohost", port=port, load_tfio=False, block=False),
+         "`dispatcher_address` must be HOST:PORT with a port 1-65535 (e.g. localhost:5050); "
+         "'nohost' is not. Received: dispatcher_address=nohost"),
+        (lambda: pipeline.run_worker("localhost:5050", port=port, heartbeat_interval_ms=0,
+                                     load_tfio=False, block=False),
+         "`heartbeat_interval_ms` must be > 0. Received: heartbeat_interval_ms=0"),
+        (lambda: pipeline.run_dispatcher(port=port, worker_addresses=["nohost"],
+                                         load_tfio=False, block=False),
+         "`worker_addresses` (each of them) must be HOST:PORT with a port 1-65535 (e.g. "
+         "localhost:5050); 'nohost' is not. Received: worker_addresses=['nohost']"),
+        (lambda: pipeline.run_dispatcher(port=port, fault_tolerant_mode=True, load_tfio=False,
+                                         block=False),
+         "`fault_tolerant_mode` needs `work_dir` (the folder where the dispatcher journals its "
+         "state). Received: fault_tolerant_mode=True, work_dir=None"),
+        (lambda: pipeline.run_dispatcher(port=70000, load_tfio=False, block=False),
+         "`port` must be 0-65535. Received: port=70000"),
+    ]
+    for start, says in cases:
+        with pytest.raises(ValueError) as e:
+            start()
+        assert str(e.value) == says
+        service_args.claim_port(port).close()  # no server took the port

@@ -335,9 +335,8 @@ def test_scan_takes_a_manifests_path_and_label_columns(tmp_path):
     folder = str(tmp_path / "img")
     with pytest.raises(ValueError) as e:
         pipeline.scan(folder, path_column="file", root="r", progress=False)
-    assert str(e.value) == ("`path_column`, `root` apply to a manifest source (.csv / .jsonl) "
-                            f"only; `source` is not one. Received: path_column='file', "
-                            f"root='r', source={folder!r}")
+    assert str(e.value) == ("`path_column`, `root` apply to a manifest `source` (.csv / "
+                            f".jsonl) only; `source` is not one. Received: source={folder!r}")
 
 
 def _skip_lines(text):

@@ -371,3 +371,27 @@ def test_write_tfrecords_seed_takes_the_factories_range(tmp_path):
         with pytest.raises(ValueError, match=re.escape(
                 f"`seed` must be an int in [0, 2**63) or None. Received: seed={bad!r}")):
             pipeline.write_tfrecords(paths, str(tmp_path / "bad"), seed=bad)
+
+
+def test_write_tfrecords_refuses_an_output_inside_its_source_and_writes_nothing(folder):
+    """A library user could write the shards among the class folders (`out` then becomes a
+    class of the folder); the command line refused it, the library did not."""
+    before = sorted(os.walk(folder))
+    for out in (folder, os.path.join(folder, "shards"), os.path.join(folder, "a", "x")):
+        with pytest.raises(ValueError) as e:
+            pipeline.write_tfrecords(folder, out, progress=False)
+        assert str(e.value) == (
+            "`output_dir` must not be `source` or a folder inside it: the shards and "
+            "dataset.json would be written among `source`'s images. "
+            f"Received: output_dir={out!r}, source={folder!r}")
+    assert sorted(os.walk(folder)) == before  # nothing written, no folder made
+
+
+def test_write_tfrecords_refuses_an_output_that_is_a_file(folder, tmp_path):
+    out = tmp_path / "out.txt"
+    out.write_text("keep")
+    with pytest.raises(ValueError) as e:
+        pipeline.write_tfrecords(folder, str(out), progress=False)
+    assert str(e.value) == (f"`output_dir` must be a folder (new or existing); {str(out)!r} "
+                            f"is a file. Received: output_dir={str(out)!r}")
+    assert out.read_text() == "keep"

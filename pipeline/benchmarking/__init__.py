@@ -3,7 +3,8 @@
 ``pipeline.benchmarking.harness`` runs each candidate in its own subprocess and
 reports throughput, images per CPU-second, time to first batch and peak memory
 (``python -m pipeline bench`` and ``benchmarks/*.py`` call it);
-``pipeline.benchmarking.candidates`` registers the candidates built on public
+``pipeline.benchmarking.bench`` is the ``bench`` command as a function (its checks, its
+reports); ``pipeline.benchmarking.candidates`` registers the candidates built on public
 APIs (pipeline, Keras, plain tf.data, ...). The optional peers (torch, DALI, ...)
 are in ``benchmarks/candidates.py``.
 """

@@ -722,12 +722,29 @@ def headline(results: Dict[str, dict], reference: str = "pipeline",
     return lines
 
 
-def write_json(path: Optional[str], result: dict) -> str:
-    """Dumps ``result`` (indent 1) to ``path`` when given; returns the text."""
-    text = json.dumps(result, indent=1, default=str)
+def json_safe(obj):
+    """``obj`` with NaN and infinite floats as None (JSON has no NaN)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def write_json(path: Optional[str], result: dict, indent: int = 1) -> str:
+    """Dumps ``result`` to ``path`` when given (its folder created; NaN and infinite
+    floats as null, ``json_safe``; other values by ``str``); returns the text.
+
+    Raises:
+        OSError: ``path`` cannot be written.
+    """
+    text = json.dumps(json_safe(result), indent=indent, default=str, allow_nan=False,
+                      ensure_ascii=False)
     if path:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
+        with open(path, "w", encoding="utf-8") as f:
             f.write(text)
     return text
 

@@ -1,0 +1,282 @@
+"""``python -m pipeline bench`` as a function: its checks and its three reports.
+
+``run`` measures one of: the peer comparison (pipeline beside the candidates of
+``compare``, alternated round by round: ``harness.run_candidates``), the capacity
+plan (``plan=True``: ``pipeline.capacity``) or the stage profile (``profile=True``:
+``pipeline.profile``); it prints what the command prints and returns the figures
+that ``--json_out`` writes. ``check`` is every check of its arguments, without
+TensorFlow (the command line calls it before TensorFlow loads; ``run`` calls it first).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional, Sequence
+
+from pipeline import capacity
+from pipeline import checks
+from pipeline import sample
+from pipeline.benchmarking import candidates  # noqa: F401  (registers them; no TensorFlow)
+from pipeline.benchmarking import harness
+
+# The options that only some reports read ("peers": the peer comparison), with their
+# defaults; the others (data_dir, image_size, batch_size, sample_images, on_error,
+# progress) every report reads.
+MODE_OPTIONS = {
+    "compare": ("peers",), "max_spread": ("peers",),
+    "epochs": ("peers", "plan"), "repeats": ("peers", "plan"), "seed": ("peers", "plan"),
+    "target_images_per_sec": ("plan", "profile"),
+    "worker_cores": ("plan",), "headroom": ("plan",), "augment": ("plan",),
+    "profile_dir": ("profile",),
+}
+DEFAULTS = {"compare": ("keras",), "max_spread": harness.SPREAD_LIMIT, "epochs": 2,
+            "repeats": 5, "seed": 0, "target_images_per_sec": None,
+            "worker_cores": capacity.DEFAULT_WORKER_CORES,
+            "headroom": capacity.DEFAULT_HEADROOM, "augment": False, "profile_dir": None}
+_MODE_NAMES = {"peers": "the peer comparison", "plan": "`plan`", "profile": "`profile`"}
+_MODE_DOES = {"peers": "bench compares peers in eval mode",
+              "plan": "`plan` measures pipeline alone",
+              "profile": "`profile` profiles pipeline's stages alone"}
+# The figures printed for pipeline: each must be a number (never NaN or inf).
+FIGURES = ("images_per_sec", "steady_images_per_cpu_sec", "steady_cpu_cores_used",
+           "first_batch_sec", "epoch_start_cpu_sec", "peak_rss_mb")
+# pipeline's figures in the result, beside "spread", "options", "compare", "speedup_vs_*".
+RESULT_KEYS = ("images_per_sec", "first_batch_sec", "peak_rss_mb", "num_images", "epochs",
+               "images_per_cpu_sec", "steady_images_per_cpu_sec", "cpu_cores_used",
+               "rss_after_import_mb", "psnr_db_median", "psnr_db_p5", "psnr_images")
+
+
+class PipelineFailed(RuntimeError):
+    """pipeline's own candidate failed in the peer comparison (its error is the message)."""
+
+
+class Stopped(KeyboardInterrupt):
+    """Ctrl-C during the peer comparison; the message says how many rounds finished
+    (their medians were printed)."""
+
+
+def _mode(plan: bool, profile: bool) -> str:
+    return "plan" if plan else "profile" if profile else "peers"
+
+
+def check(data_dir: Optional[str] = None, *, image_size=None, batch_size: int = 64,
+          sample_images: int = 512, on_error: Optional[str] = None, plan: bool = False,
+          profile: bool = False, progress: bool = True, **options) -> dict:
+    """Checks ``run``'s arguments without TensorFlow; returns ``options`` (the
+    ``MODE_OPTIONS`` given, None for not given) completed with ``DEFAULTS``.
+    ``image_size``, ``on_error`` and ``seed``'s range are ``pipeline.config``'s to check
+    (``run`` does, through ``harness.check_spec``, with TensorFlow).
+
+    A mode option given (not None) to a report that does not read it is refused, so
+    that nothing given is silently ignored.
+
+    Raises:
+        TypeError: an unknown keyword argument.
+        ValueError: naming the argument and the value received: ``plan`` with
+            ``profile``; an option the report does not read; ``plan`` without
+            ``target_images_per_sec``; ``data_dir`` not a folder; a count < 1
+            (``harness.check_run``); an unknown candidate in ``compare``; the capacity
+            plan's own checks; ``profile_dir`` not a folder that can be written; a
+            generated sample too small to time (``check_timed``).
+    """
+    del image_size, on_error, progress
+    unknown = set(options) - set(MODE_OPTIONS)
+    if unknown:
+        raise checks.unknown_keywords("run", sorted(unknown), list(MODE_OPTIONS) + [
+            "data_dir", "image_size", "batch_size", "sample_images", "on_error", "plan",
+            "profile", "progress"])
+    mode = _mode(plan, profile)
+    if plan and profile:
+        raise ValueError("`plan` and `profile` are separate reports: give one. "
+                         "Received: plan=True, profile=True")
+    wrong = {}
+    for name, modes in MODE_OPTIONS.items():
+        if options.get(name) is not None and mode not in modes:
+            wrong.setdefault(modes, []).append(name)
+    if wrong:
+        parts = [f"{', '.join(f'`{n}`' for n in ns)} {'applies' if len(ns) == 1 else 'apply'} "
+                 + ("with " if set(ms) <= {"plan", "profile"} else "to ")
+                 + " or ".join(_MODE_NAMES[m] for m in ms) + " only" for ms, ns in wrong.items()]
+        modes = {m for ms in wrong for m in ms}
+        why = (f"without {'it' if len(modes) == 1 else 'them'} {_MODE_DOES['peers']}"
+               if mode == "peers" else f"{_MODE_DOES[mode]}; the peer comparison is bench "
+                                       "without `plan` or `profile`")
+        raise ValueError("; ".join(parts) + f" ({why}). Received: "
+                         + ", ".join(f"{n}={options[n]}" for ns in wrong.values() for n in ns))
+    o = {k: DEFAULTS[k] if options.get(k) is None else options[k] for k in MODE_OPTIONS}
+    if plan and o["target_images_per_sec"] is None:
+        raise ValueError("`plan` needs `target_images_per_sec` (images/s to feed, e.g. 56000 "
+                         "for 8 GPUs x 7000). Received: plan=True, target_images_per_sec=None")
+    if data_dir is not None:
+        checks.check_source("data_dir", data_dir, manifest_ok=False)
+    harness.check_run(batch_size, sample_images, o["epochs"], o["repeats"], o["max_spread"],
+                      o["target_images_per_sec"])
+    unknown = harness.unknown_candidates(o["compare"]) if mode == "peers" else []
+    if unknown:
+        raise ValueError(f"`compare`: unknown candidate(s) {','.join(unknown)}; known: "
+                         f"{', '.join(sorted(harness.CANDIDATES))}. "
+                         f"Received: compare={o['compare']}")
+    if plan:  # its checks, before the measurement
+        capacity.capacity_plan(o["target_images_per_sec"], 1.0, o["worker_cores"],
+                               o["headroom"])
+    if o["profile_dir"]:
+        checks.check_folder("profile_dir", o["profile_dir"])
+    if not profile and data_dir is None and not os.environ.get(sample.DATA_DIR_ENV):
+        check_timed(batch_size, sample_images, sample_images=sample_images)
+    return o
+
+
+def check_timed(batch_size: int, num_images: int, data_dir: Optional[str] = None,
+                sample_images: Optional[int] = None, why: str = "") -> None:
+    """Checks that ``num_images`` per epoch give ``harness.MIN_TIMED_BATCHES`` timed
+    batches at ``batch_size`` (each epoch's first batch is not timed).
+
+    ``data_dir``: the folder given (None: ``$PIPELINE_DATA_DIR``, or without it a
+    generated sample of ``sample_images``); ``why``: the start of the message.
+
+    Raises:
+        ValueError: too few images, naming the values that work.
+    """
+    timed = harness.timed_batches(num_images, batch_size)
+    if timed >= harness.MIN_TIMED_BATCHES:
+        return
+    bs, fewest = batch_size, harness.min_images(batch_size)
+    env = os.environ.get(sample.DATA_DIR_ENV)
+    if data_dir is None and not env:
+        more = f"sample_images={fewest} (the smallest that works with batch_size={bs})"
+        given = f"sample_images={sample_images}"
+    else:
+        source, value = ("`data_dir`", data_dir) if data_dir is not None else (
+            f"${sample.DATA_DIR_ENV}", env)
+        more = f"a {source} with at least {fewest} images (the fewest for batch_size={bs})"
+        given = f"{source.strip('`')}={value!r}"
+    fit = harness.max_batch_size(num_images)
+    rest = num_images - bs
+    got = ("nothing would be timed" if timed == 0 else
+           f"{timed} batch{'es' if timed > 1 else ''} ({rest} image{'s' if rest > 1 else ''}) "
+           "per epoch would be timed")
+    works = [more] + ([f"batch_size={fit} or smaller"] if fit else [])
+    raise ValueError(
+        f"{why}batch_size={bs} with {num_images} images is "
+        + ("one batch" if timed == 0 else f"{timed + 1} batches") + " per epoch, and bench "
+        "times only what comes after each epoch's first batch (images/s, images per "
+        f"CPU-second): {got}, and a figure needs at least {harness.MIN_TIMED_BATCHES} timed "
+        f"batches per epoch. What works: {', or '.join(works)}. "
+        f"Received: batch_size={bs}, {given}")
+
+
+def header(num_files: int, folder: str, size: Sequence[int], batch_size: int, epochs: int,
+           repeats: int) -> str:
+    """The line before the peer comparison's runs: the files the index kept (by
+    extension: a bad one counts), ``folder`` as given and the options."""
+    return (f"{num_files:,} file{'' if num_files == 1 else 's'} in {folder}, "
+            f"image_size={size[0]}x{size[1]}, batch_size={batch_size}, epochs={epochs}, "
+            f"repeats={repeats} (alternated), {os.cpu_count()} CPUs")
+
+
+def run(data_dir: Optional[str] = None, *, image_size=(224, 224), batch_size: int = 64,
+        sample_images: int = 512, on_error: str = "raise", plan: bool = False,
+        profile: bool = False, progress: bool = True, **options) -> dict:
+    """Runs one of bench's reports, prints it, and returns its figures.
+
+    Args:
+        data_dir: a class-folder directory; None: ``$PIPELINE_DATA_DIR``, else a
+            generated sample of ``sample_images`` JPEGs (``pipeline.sample``).
+        image_size: (height, width) or an int, pixels.
+        batch_size: int >= 1, images.
+        sample_images: int >= 1, images in the generated sample.
+        on_error: pipeline's bad-file policy, "raise" or "skip".
+        plan: the capacity plan (needs ``target_images_per_sec``).
+        profile: the stage profile.
+        progress: show progress bars (stderr).
+        **options: the ``MODE_OPTIONS`` (None or left out: ``DEFAULTS``): ``compare``
+            (candidate names), ``max_spread``, ``epochs``, ``repeats``, ``seed``,
+            ``target_images_per_sec``, ``worker_cores``, ``headroom``, ``augment``,
+            ``profile_dir``.
+
+    Returns:
+        The plan's or the profile's ``to_dict()``; for the peer comparison, pipeline's
+        figures (``RESULT_KEYS``, medians), ``spread``, ``options``, ``compare`` (each
+        peer's figures or ``error``) and ``speedup_vs_NAME`` / ``speedup_vs_NAME_cpu``.
+
+    Raises:
+        ValueError: ``check``'s, the library's for the options, or too few images
+            delivered per epoch to time (``check_timed``).
+        PipelineFailed: pipeline's candidate failed (the table is printed first).
+        Stopped: Ctrl-C during the runs (the finished rounds' table is printed first).
+    """
+    o = check(data_dir, batch_size=batch_size, sample_images=sample_images, plan=plan,
+              profile=profile, **options)  # before TensorFlow loads
+    import pipeline  # pylint: disable=import-outside-toplevel
+    from absl import logging  # pylint: disable=import-outside-toplevel
+    from pipeline import index  # pylint: disable=import-outside-toplevel
+    from pipeline import report as report_lib  # pylint: disable=import-outside-toplevel
+
+    names = ["pipeline"] + [c for c in o["compare"] if c != "pipeline"]
+    size = harness.check_spec({"image_size": image_size, "batch_size": batch_size,
+                               "seed": o["seed"], "options": {"on_error": on_error}},
+                              names if not (plan or profile) else ["pipeline"])["image_size"]
+    folder = sample.default_data_dir(data_dir, num_images=sample_images, shared=False)
+    idx = index.index_directory(folder)  # a missing data_dir: the error comes first, alone
+    if not profile:
+        check_timed(batch_size, len(idx), data_dir, sample_images)
+    logging.info("pipeline bench: data in %s", folder)
+    if plan or profile:
+        if plan:
+            cost = capacity.measure_cost(folder, size, batch_size, augment=o["augment"],
+                                         epochs=o["epochs"], repeats=o["repeats"],
+                                         on_error=on_error, seed=o["seed"], progress=progress)
+            report = capacity.capacity_plan(o["target_images_per_sec"],
+                                            cost["images_per_cpu_sec"],
+                                            worker_cores=o["worker_cores"],
+                                            headroom=o["headroom"], measurement=cost)
+        else:
+            report = pipeline.profile(folder, target_images_per_sec=o["target_images_per_sec"],
+                                      profile_dir=o["profile_dir"], image_size=tuple(size),
+                                      batch_size=batch_size, on_error=on_error)
+        print(report.table())
+        return report.to_dict()
+    print(report_lib.stack_line())
+    spec = {"data_dir": folder, "image_size": size, "batch_size": batch_size,
+            "epochs": o["epochs"], "seed": o["seed"], "num_images": len(idx),
+            "options": {"on_error": on_error}}
+    label = data_dir or os.environ.get(sample.DATA_DIR_ENV) or sample.data_dir_label(folder)
+    print(header(len(idx), label, size, batch_size, o["epochs"], o["repeats"]), flush=True)
+    try:  # a peer that fails (e.g. Keras on a bad file) is reported, not fatal
+        results = harness.run_candidates(names, spec, repeats=o["repeats"], progress=progress,
+                                         keep_going=True, quality_images=harness.QUALITY_IMAGES)
+    except harness.Interrupted as e:
+        if e.rounds:
+            print(harness.format_table(e.results))
+        raise Stopped(f"Ctrl-C; {e.rounds} of {o['repeats']} round(s) finished"
+                      + (", their medians above" if e.rounds else "")) from None
+    main = results["pipeline"]
+    if not harness.ok(main):
+        print(harness.format_table(results))
+        raise PipelineFailed(f"pipeline failed: {main.get('error', '')}")
+    unmeasured = [k for k in FIGURES if not isinstance(main.get(k), (int, float))
+                  or not math.isfinite(main[k])]
+    if unmeasured:  # e.g. on_error="skip" left too few images per epoch: nothing timed
+        check_timed(batch_size, main.get("num_images"), data_dir, sample_images, why=(
+            f"no figure for {', '.join(unmeasured)}: pipeline delivered {main.get('num_images')}"
+            f" of the {len(idx)} images per epoch (the others were bad files, "
+            f"on_error={on_error}), so "))
+    print(harness.format_table(results))
+    for n in names[1:]:
+        if "error" in results[n]:
+            print(f"{n} FAILED: {(results[n]['error'].strip().splitlines() or [''])[-1]}")
+    print()
+    for line in harness.headline(results, "pipeline", names[1:], max_spread=o["max_spread"]):
+        print(line)
+    out = {k: main[k] for k in RESULT_KEYS if k in main}
+    out["spread"] = harness.spread(main)
+    out["options"] = dict(spec, data_dir=sample.data_dir_label(folder), candidates=names,
+                          repeats=o["repeats"])
+    out["compare"] = {n: results[n] for n in names[1:]}
+    for n in names[1:]:
+        for key, suffix in (("images_per_sec", ""), ("steady_images_per_cpu_sec", "_cpu")):
+            r = harness.ratio(results, "pipeline", n, key)
+            if r is not None:
+                out[f"speedup_vs_{n}{suffix}"] = r
+    return out
