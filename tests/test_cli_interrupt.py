@@ -58,6 +58,13 @@ def test_bench_interrupted_before_any_round_has_no_results(monkeypatch):
     assert e.value.rounds == 0 and e.value.results == {}
 
 
+def _as_in_a_terminal():
+    """SIGINT's default action in the child, as a terminal's foreground command has it: a
+    test run started in the background (``cmd &`` without job control: nohup, CI runners)
+    passes SIGINT on ignored, and Python then installs no Ctrl-C handler at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_bench_is_one_line_and_exit_130(tmp_path):
     for c in ("a", "b"):
         for i in range(8):
@@ -67,7 +74,8 @@ def test_ctrl_c_during_bench_is_one_line_and_exit_130(tmp_path):
         [sys.executable, "-m", "pipeline", "bench", f"--data_dir={tmp_path / 'photos'}",
          "--repeats=50", "--epochs=1", "--batch_size=4", "--image_size=16", "--noprogress"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True)  # its own process group: the terminal's Ctrl-C reaches all
+        start_new_session=True,  # its own process group: the terminal's Ctrl-C reaches all
+        preexec_fn=_as_in_a_terminal)
     out, err = [], []
     readers = [threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True),
                threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)]
