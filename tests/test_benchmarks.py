@@ -20,6 +20,10 @@ from PIL import Image
 
 from pipeline import sample
 
+# Tests the benchmark scripts' plumbing and output, which do not depend on the TensorFlow stack:
+# .ci/run tests them on the current stack only (setup.cfg: one_stack).
+pytestmark = pytest.mark.one_stack
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 32
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -26,6 +26,10 @@ from pathlib import Path
 
 import pytest
 
+# Tests the notebooks run as saved, which do not depend on the TensorFlow stack:
+# .ci/run tests them on the current stack only (setup.cfg: one_stack).
+pytestmark = pytest.mark.one_stack
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
