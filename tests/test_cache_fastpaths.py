@@ -124,15 +124,15 @@ def test_exif_orientations_match_pillow_from_every_source(tmp_path, layout):
     base[12:, :20] = (0, 0, 250)
     base[12:, 20:] = (250, 250, 250)
     paths, refs = [], []
-    os.makedirs(tmp_path / "a")
+    os.makedirs(tmp_path / "src" / "a")
     for o in range(1, 9):
-        p = str(tmp_path / "a" / f"o{o}.jpg")
+        p = str(tmp_path / "src" / "a" / f"o{o}.jpg")
         _exif_jpeg(p, o, layout, base)
         with Image.open(p) as im:
             assert im.getexif().get(0x0112) == o  # Pillow reads the tag we wrote
             refs.append(np.asarray(ImageOps.exif_transpose(im).convert("RGB")))
         paths.append(p)
-    pipeline.write_tfrecords(str(tmp_path), str(tmp_path / "shards"), num_shards=1,
+    pipeline.write_tfrecords(str(tmp_path / "src"), str(tmp_path / "shards"), num_shards=1,
                              shuffle=False, progress=False)
     kw = dict(image_size=None, batch_size=None, shuffle=False)
     from_files = list(pipeline.from_paths(paths, **kw).as_numpy_iterator())
