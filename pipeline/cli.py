@@ -1,11 +1,14 @@
 """The command line: ``python -m pipeline bench|scan|convert|service|doctor [ARGS] [--flags]``.
 
 Parsed by absl's argparse integration (``absl.flags.argparse_flags``), one sub-parser per
-command (docs/cli.md is the reference). It parses, calls the library and prints. The
-library's checks run first, before TensorFlow loads where they need none
-(``pipeline.checks``, ``pipeline.service_args``, ``pipeline.benchmarking.bench.check``);
+command (docs/cli.md is the reference); ``bench``'s and ``service``'s flags are declared
+beside their arguments (``bench.FLAGS``, ``service_args.FLAGS``). It parses, calls the
+library and prints. The library's checks run first, before TensorFlow loads where they need
+none (``pipeline.checks``, ``pipeline.service_args``, ``pipeline.benchmarking.bench.check``);
 a ``ValueError`` is a usage error (exit status 2) in the library's words, with the
-arguments named as the user typed them (``user_names``).
+arguments named as the user typed them (``user_names``). While a command runs, its log
+lines are plain (``native_stderr.plain_log_lines``); ``service`` runs its server with
+``distribute.run_from_flags``, which Ctrl-C and SIGTERM end at once.
 """
 
 from __future__ import annotations
@@ -13,14 +16,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
-import inspect
 import json
-import logging as std_logging
-import os
 import re
 import shlex
-import signal
-import socket
 import sys
 import time
 from typing import Dict, List, Optional, Sequence
@@ -29,6 +27,7 @@ from absl import app, logging
 from absl.flags import argparse_flags
 
 from pipeline import checks
+from pipeline import native_stderr
 from pipeline import service_args
 
 USAGE_ERROR = 2
@@ -139,9 +138,10 @@ class _Bool(argparse.Action):
 
 
 def _flag(p, command: str, name: str, default, help_text: str, kind=None) -> None:
-    """``--name`` of ``command``; ``kind``: its type (default: the default's) or, for a
-    string, its metavar (DIR, FILE, HOST:PORT)."""
-    kind = kind or {bool: bool, int: int, float: Number, tuple: Names}.get(type(default), str)
+    """``--name`` of ``command``; ``kind``: its type (default: the default's; float: a
+    ``Number``, tuple: ``Names``) or, for a string, its metavar (DIR, FILE, HOST:PORT)."""
+    kind = {bool: bool, int: int, float: Number, tuple: Names}.get(kind or type(default),
+                                                                   kind or str)
     if kind is bool:
         _BOOLS.setdefault(command, set()).add(name)
         p.add_argument(f"--{name}", f"--no{name}", dest=name, action=_Bool, default=default,
@@ -153,34 +153,17 @@ def _flag(p, command: str, name: str, default, help_text: str, kind=None) -> Non
                        default=default, help=help_text, metavar=metavar)
 
 
-def _flags(d: dict) -> Dict[str, list]:
-    """Each command's flags, (name, default, help[, kind]) (``d``: ``bench.DEFAULTS``)."""
+def _flags(bench_flags: list) -> Dict[str, list]:
+    """Each command's flags, (name, default, help[, kind]) (``bench_flags``: ``bench.FLAGS``;
+    the service's: ``service_args.FLAGS``)."""
     bomb = ("A file whose header claims more pixels than this is a bad file; the default, the "
             "factories' too, is Pillow's decompression-bomb limit (2 x PIL.Image.MAX_IMAGE_PIXELS)")
     manifest = [("path_column", None, "Manifest column of the image paths ({} a manifest)."),
                 ("label_columns", None, "Manifest label column(s) ({} a manifest).", Names),
                 ("root", None, "Manifest root for relative paths ({} a manifest).", "DIR"),
                 ("allow_outside_root", False, "A manifest {} may name files outside its folder.")]
-    return {"bench": [
-        ("data_dir", None, "Class folders (default: $PIPELINE_DATA_DIR, else a sample).", "DIR"),
-        ("image_size", ("224", "224"), "Output HEIGHT,WIDTH, pixels (one number: square).", Names),
-        ("batch_size", 64, "Batch size (images)."),
-        ("epochs", d["epochs"], "Epochs per candidate run."),
-        ("repeats", d["repeats"], "Runs per candidate, alternated round by round."),
-        ("compare", d["compare"], "Candidates beside pipeline (empty: none), e.g. keras, plain."),
-        ("sample_images", 512, "Images in the built-in sample (when no --data_dir)."),
-        ("seed", d["seed"], "The shuffle (and augmentation) seed every candidate gets."),
-        ("on_error", "raise", "What pipeline does with a bad file: 'raise' or 'skip'."),
-        ("max_spread", d["max_spread"], "Spread (max-min)/median above which a figure is flagged."),
-        ("profile", False, "Instead of peers, profile pipeline's stages and name the bottleneck."),
-        ("plan", False, "Instead of peers, a capacity plan (cores and service workers needed)."),
-        ("target_images_per_sec", None, "With --plan (required) or --profile: images/s.", Number),
-        ("worker_cores", d["worker_cores"], "With --plan: cores per tf.data service worker."),
-        ("headroom", d["headroom"], "With --plan: spare capacity factor (>= 1)."),
-        ("augment", d["augment"], "With --plan: measure train mode (crop + flip), not eval."),
-        ("profile_dir", None, "With --profile: write a TensorBoard profiler trace here.", "DIR"),
-        ("json_out", None, "Also write the figures as JSON to this file.", "FILE"),
-        ("progress", True, "Show each candidate run's progress bar per epoch (stderr).")],
+    return {
+        "bench": bench_flags,
         "scan": [("max_pixels", checks.DEFAULT_MAX_PIXELS, bomb + "."),
                  ("follow_links", False, "Follow linked folders (loop-safe).")]
         + [(f[0], f[1], f[2].format("SOURCE"), *f[3:]) for f in manifest] + [
@@ -198,16 +181,7 @@ def _flags(d: dict) -> Dict[str, list]:
         + [(f[0], f[1], f[2].format("SRC"), *f[3:]) for f in manifest] + [
             ("json", False, "End with the result as one JSON line, not the summary line."),
             ("progress", True, "Show progress bars of the files checked and written (stderr).")],
-        "service": [
-            ("port", None, "TCP port to listen on (0: any free port). [default: dispatcher "
-             f"{service_args.DISPATCHER_PORT}, worker 0]", int),
-            ("dispatcher_address", None, "worker: the dispatcher (required).", "HOST:PORT"),
-            ("worker_address", None, "worker: its address (localhost:<port>).", "HOST:PORT"),
-            ("heartbeat_interval_ms", None, "worker: heartbeat interval.", int),
-            ("worker_addresses", None, "dispatcher: fixed worker HOST:PORTs.", Names),
-            ("work_dir", None, "dispatcher: journal folder (fault tolerance).", "DIR"),
-            ("fault_tolerant_mode", False, "dispatcher: journal state to --work_dir."),
-            ("worker_timeout_ms", None, "dispatcher: worker heartbeat timeout.", int)],
+        "service": service_args.FLAGS,
         "doctor": [("json", False, "Print the report as JSON instead of aligned lines."),
                    ("json_out", None, "Also write the stack report as JSON to this file.", "FILE")]}
 
@@ -236,7 +210,7 @@ def build_parser() -> _Parser:
     ps["convert"].add_argument("out", metavar="OUT", help="the output folder (not in SRC)")
     ps["service"].add_argument("role", metavar="ROLE", choices=("dispatcher", "worker"),
                                help="'dispatcher' or 'worker'")
-    for command, flags in _flags(bench.DEFAULTS).items():
+    for command, flags in _flags(bench.FLAGS).items():
         for flag in flags:
             _flag(ps[command], command, *flag)
     top.commands = ps
@@ -334,11 +308,6 @@ def user_names(command_name: str, message: str, flag_names: Sequence[str] = ()) 
     return head + said + re.sub(r"(?<![\w-])(--\w+)=None\b", r"no \1", tail)
 
 
-def usage_error(message: str) -> app.UsageError:
-    """A usage error (exit status 2)."""
-    return app.UsageError(message, exitcode=USAGE_ERROR)
-
-
 def _error(command_name: Optional[str], message: str) -> int:
     """Prints a usage error and the usage line: exit status 2."""
     where = f"pipeline {command_name}" if command_name else "pipeline"
@@ -358,34 +327,22 @@ def _write_json(args, obj) -> None:
     try:
         harness.write_json(args.json_out, obj, indent=2)
     except OSError as e:
-        raise usage_error(f"--json_out: cannot write {args.json_out!r} ({e.strerror or e}). "
-                          f"Received: --json_out={args.json_out!r}") from None
+        raise ValueError(f"--json_out: cannot write {args.json_out!r} ({e.strerror or e}). "
+                         f"Received: --json_out={args.json_out!r}") from None
     print(f"wrote {args.json_out}")
 
 
 # --- bench ---------------------------------------------------------------------
 
-def _bench_args(args) -> dict:
-    """bench's flags as ``bench.run``'s arguments; a report's own flags only if given."""
-    from pipeline.benchmarking import bench
-    size = tuple(int(v) if re.fullmatch(r"[-+]?\d+", v) else v for v in args.image_size)
-    kw = dict(data_dir=args.data_dir, image_size=size[0] if len(size) == 1 else size,
-              batch_size=args.batch_size, sample_images=args.sample_images,
-              on_error=args.on_error, plan=args.plan, profile=args.profile,
-              progress=args.progress)
-    kw.update({n: getattr(args, n) for n in bench.MODE_OPTIONS if {n, f"no{n}"} & args.given})
-    return kw
-
-
 def _check_bench(args) -> None:
     from pipeline.benchmarking import bench
-    bench.check(**_bench_args(args))
+    bench.check(**bench.command_arguments(vars(args), args.given))
 
 
 def cmd_bench(args) -> int:
     from pipeline.benchmarking import bench
     try:
-        out = bench.run(**_bench_args(args))
+        out = bench.run(**bench.command_arguments(vars(args), args.given))
     except bench.PipelineFailed as e:
         print(f"pipeline bench: {e}", file=sys.stderr)
         return 1
@@ -450,8 +407,8 @@ def cmd_convert(args) -> int:
     except Exception as e:  # noqa: BLE001  a failure to write OUT is a usage error naming it
         import tensorflow as tf
         if isinstance(e, (OSError, tf.errors.OpError)) and shards.about_path(e, args.out):
-            raise usage_error(f"OUT: cannot write {args.out!r} ({e}). "
-                              f"Received: OUT={args.out!r}") from None
+            raise ValueError(f"OUT: cannot write {args.out!r} ({e}). "
+                             f"Received: OUT={args.out!r}") from None
         raise
     finally:
         logging.get_absl_logger().removeFilter(quiet)
@@ -466,69 +423,13 @@ def cmd_convert(args) -> int:
 
 # --- service -------------------------------------------------------------------
 
-# The service port checked free before TensorFlow loads, held bound (so that no other server
-# takes it) until right before the server starts.
-_HELD_PORT: List[socket.socket] = []
-
-
-def _release_port() -> None:
-    while _HELD_PORT:
-        _HELD_PORT.pop().close()
-
-
-def _role_args(args, role: str) -> dict:
-    """``role``'s flags (``service_args.check_dispatcher`` / ``check_worker``'s arguments,
-    which ``run_dispatcher`` / ``run_worker`` take); ``port`` its default if not given."""
-    params = inspect.signature(getattr(service_args, f"check_{role}")).parameters
-    kw = {k: getattr(args, k) for k in params}
-    return dict(kw, port=params["port"].default if args.port is None else args.port)
-
-
 def _check_service(args) -> None:
-    role, other = args.role, "worker" if args.role == "dispatcher" else "dispatcher"
-    wrong = [f for f in _role_args(args, other) if f != "port" and {f, f"no{f}"} & args.given]
-    if wrong:
-        raise usage_error("; ".join(f"--{f} is a flag of the {other}, not the {role}"
-                                    for f in wrong) + f". Received: service {role}")
-    if role == "worker" and not args.dispatcher_address:
-        raise usage_error("service worker needs --dispatcher_address=HOST:PORT. "
-                          "Received: service worker, no --dispatcher_address")
-    kw = _role_args(args, role)
-    getattr(service_args, f"check_{role}")(**kw)
-    _HELD_PORT.extend(filter(None, [service_args.hold_port(role, kw["port"], args.port is None)]))
-
-
-class _Terminated(BaseException):
-    """SIGTERM, raised in the main thread as Ctrl-C raises ``KeyboardInterrupt``."""
-
-
-def _raise_terminated(signum, frame) -> None:
-    raise _Terminated()
+    service_args.check_flags(args.role, vars(args), args.given)
 
 
 def cmd_service(args) -> int:
     from pipeline import distribute
-    kw = _role_args(args, args.role)
-    if args.role == "worker":  # it waits (Ctrl-C stops it) until the dispatcher answers
-        print(f"pipeline service worker: waiting for the dispatcher at "
-              f"{args.dispatcher_address} (until it answers; Ctrl-C stops)", flush=True)
-    _release_port()  # the library checks it again, right before the server binds it
-    signal.signal(signal.SIGTERM, _raise_terminated)  # the servers wait in Python
-    try:
-        getattr(distribute, f"run_{args.role}")(**kw)
-    except distribute.PortInUseError as e:
-        raise ValueError(service_args.port_in_use_message(args.role, e.port, e.reason,
-                                                          args.port is None)) from None
-    except (KeyboardInterrupt, _Terminated) as e:  # while waiting, starting or serving
-        print(f"pipeline: stopped ({'Ctrl-C' if isinstance(e, KeyboardInterrupt) else 'SIGTERM'})",
-              flush=True)
-        sys.stderr.flush()
-        os._exit(0)  # at once: a gRPC server's shutdown at exit can take tens of seconds
-    except RuntimeError as e:
-        if "Could not start" not in str(e):
-            raise
-        raise usage_error(f"cannot start the {args.role} on --port={kw['port']}: {e} "
-                          "(is the port in use? choose another --port)") from None
+    distribute.run_from_flags(args.role, vars(args))
     return 0
 
 
@@ -544,32 +445,6 @@ def cmd_doctor(args) -> int:
 
 # --- running a command ---------------------------------------------------------
 
-class PlainLogFormatter(std_logging.Formatter):
-    """pipeline's log lines without absl's prefix: an info line as its message, a warning
-    or an error after its level (``WARNING: ...``)."""
-
-    def format(self, record) -> str:
-        message = record.getMessage()
-        if record.exc_info:
-            message += "\n" + self.formatException(record.exc_info)
-        return f"{record.levelname}: {message}" if record.levelno >= std_logging.WARNING \
-            else message
-
-
-@contextlib.contextmanager
-def _plain_log_lines():
-    """Within: absl's handler writes plain lines (``PlainLogFormatter``) to ``sys.stderr``."""
-    handler = logging.get_absl_handler().python_handler
-    old_formatter, old_stream = handler.formatter, handler.stream
-    handler.setFormatter(PlainLogFormatter())
-    handler.stream = sys.stderr
-    try:
-        yield
-    finally:
-        handler.setFormatter(old_formatter)
-        handler.stream = old_stream
-
-
 CHECKS = {"bench": _check_bench, "scan": _check_scan, "convert": _check_convert,
           "service": _check_service, "doctor": lambda args: None}
 RUNS = {"bench": cmd_bench, "scan": cmd_scan, "convert": cmd_convert, "service": cmd_service,
@@ -577,21 +452,22 @@ RUNS = {"bench": cmd_bench, "scan": cmd_scan, "convert": cmd_convert, "service":
 
 
 def main(args: argparse.Namespace) -> int:
-    """Runs ``args.command``: its checks (before TensorFlow loads), then the command; the
-    library's ``ValueError`` (and an ``OSError`` reading a source) is a usage error."""
+    """Runs ``args.command``: its checks (before TensorFlow loads), then the command; a
+    ``ValueError`` (the library's, or the command's own) and an ``OSError`` reading a
+    source are a usage error (exit status 2)."""
     name = args.command
     try:
         CHECKS[name](args)
         if getattr(args, "json_out", None):  # fail before the work, not after it
             checks.check_writable("json_out", args.json_out)
-        with _plain_log_lines():
-            _import_tensorflow()
+        with native_stderr.plain_log_lines():
+            native_stderr.import_tensorflow()  # help and argv's usage errors never do
             try:
                 return RUNS[name](args)
             finally:
-                _release_port()
-    except (app.UsageError, ValueError, OSError) as e:
-        _release_port()
+                service_args.release_port()
+    except (ValueError, OSError) as e:
+        service_args.release_port()
         return _error(name, user_names(name, str(e)))
 
 
@@ -618,10 +494,3 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
         print(f"pipeline: stopped ({str(e) or 'Ctrl-C'})", file=sys.stderr, flush=True)
         sys.exit(130)
 
-
-def _import_tensorflow() -> None:
-    """``import tensorflow``, its start-up lines shown once
-    (``pipeline.native_stderr.import_tensorflow``). Help and the usage errors that argv
-    settles never call this."""
-    from pipeline import native_stderr
-    native_stderr.import_tensorflow()

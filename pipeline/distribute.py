@@ -10,8 +10,9 @@ There is no home-made engine here. Three pieces:
 * ``service_transformation(opts)``: the ``tf.data.experimental.service.distribute``
   transformation that ``pipeline.build`` applies when a factory is given
   ``service="grpc://host:port"``.
-* ``run_dispatcher`` / ``run_worker``: start the tf.data service servers (what
-  ``python -m pipeline service dispatcher|worker`` calls).
+* ``run_dispatcher`` / ``run_worker``: start the tf.data service servers
+  (``python -m pipeline service dispatcher|worker`` calls them through
+  ``run_from_flags``, which Ctrl-C and SIGTERM end at once).
 
 Processing modes (``processing_mode=``), from the tf.data service guide
 (https://www.tensorflow.org/api_docs/python/tf/data/experimental/service):
@@ -46,9 +47,12 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
+import signal
 import socket
+import sys
 import time
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import tensorflow as tf
 from absl import logging
@@ -396,3 +400,51 @@ def run_worker(dispatcher_address: str, port: int = 0,
     if block:
         serve_until_interrupted(server)
     return server
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread as Ctrl-C raises ``KeyboardInterrupt``."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise _Terminated()
+
+
+def run_from_flags(role: str, flags: Mapping[str, Any]) -> None:
+    """Runs ``role``'s server (``run_dispatcher`` / ``run_worker``) with the command
+    line's flags (``python -m pipeline service ROLE``) until it is stopped.
+
+    Frees the port ``service_args.check_flags`` held right before the server starts (the library
+    checks it again). Ctrl-C or SIGTERM, while waiting for the dispatcher, starting or
+    serving, prints "pipeline: stopped (Ctrl-C)" (or "(SIGTERM)") and ends the process
+    at once with status 0 (``os._exit``: a gRPC server's shutdown at exit can take
+    tens of seconds).
+
+    Args:
+        role: "dispatcher" or "worker".
+        flags: each flag's value by name, None where not given (e.g. ``vars(args)``).
+
+    Raises:
+        ValueError: the port is in use, or the server could not start on it.
+    """
+    kw = service_args.role_arguments(role, flags)
+    if role == "worker":  # it waits (Ctrl-C stops it) until the dispatcher answers
+        print(f"pipeline service worker: waiting for the dispatcher at "
+              f"{flags['dispatcher_address']} (until it answers; Ctrl-C stops)", flush=True)
+    service_args.release_port()  # the library checks it again, right before the server binds it
+    signal.signal(signal.SIGTERM, _raise_terminated)  # the servers wait in Python
+    try:
+        (run_dispatcher if role == "dispatcher" else run_worker)(**kw)
+    except PortInUseError as e:
+        raise ValueError(service_args.port_in_use_message(
+            role, e.port, e.reason, flags["port"] is None)) from None
+    except (KeyboardInterrupt, _Terminated) as e:
+        print(f"pipeline: stopped ({'Ctrl-C' if isinstance(e, KeyboardInterrupt) else 'SIGTERM'})",
+              flush=True)
+        sys.stderr.flush()
+        os._exit(0)  # at once: a gRPC server's shutdown at exit can take tens of seconds
+    except RuntimeError as e:
+        if "Could not start" not in str(e):
+            raise
+        raise ValueError(f"cannot start the {role} on --port={kw['port']}: {e} "
+                         "(is the port in use? choose another --port)") from None

@@ -6,7 +6,8 @@ points descriptor 2 at a pipe for the length of a block (``wurlitzer.pipes``); e
 line reaches the real stderr as it arrives, except the lines that ``pattern`` matches
 whole. Everything else (Python's own stderr, tqdm's progress bars, any other
 C++ line) passes through unchanged and in order. Imports only the standard
-library and ``wurlitzer``, so the command line can use it before TensorFlow loads.
+library and ``wurlitzer`` (``plain_log_lines``: absl's logging), so the command line
+can use it before TensorFlow loads.
 
 Used for:
 
@@ -37,12 +38,17 @@ Used for:
   start-up lines whatever ``TF_CPP_MIN_LOG_LEVEL`` says. The parent passes the
   lines it has shown in the child's environment (``startup_env``); the child's
   ``import_tensorflow`` drops them, so a ``bench`` run shows each once.
+
+Python's own log lines on stderr: within ``plain_log_lines``, absl's handler writes
+pipeline's log records without absl's prefix (``PlainLogFormatter``), as the command
+line shows them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging as std_logging
 import os
 import re
 import sys
@@ -279,3 +285,34 @@ def startup_env() -> Dict[str, str]:
     process's ``import_tensorflow`` which start-up lines were shown already."""
     lines = sorted(line.decode("utf-8", "surrogateescape") for line in _shown_startup_lines())
     return {STARTUP_ENV: json.dumps(lines)}
+
+
+class PlainLogFormatter(std_logging.Formatter):
+    """pipeline's log lines without absl's prefix: an info line as its message, a warning
+    or an error after its level (``WARNING: ...``)."""
+
+    def format(self, record) -> str:
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        return f"{record.levelname}: {message}" if record.levelno >= std_logging.WARNING \
+            else message
+
+
+@contextlib.contextmanager
+def plain_log_lines() -> Iterator[None]:
+    """Within: absl's handler writes plain lines (``PlainLogFormatter``) to ``sys.stderr``.
+
+    The handler's formatter and stream are restored on the way out. Imports absl's
+    logging (no TensorFlow).
+    """
+    from absl import logging  # pylint: disable=import-outside-toplevel
+    handler = logging.get_absl_handler().python_handler
+    old_formatter, old_stream = handler.formatter, handler.stream
+    handler.setFormatter(PlainLogFormatter())
+    handler.stream = sys.stderr
+    try:
+        yield
+    finally:
+        handler.setFormatter(old_formatter)
+        handler.stream = old_stream

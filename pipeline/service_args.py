@@ -2,20 +2,37 @@
 
 ``pipeline.distribute.run_dispatcher`` / ``run_worker`` check their arguments here
 before they start a server; the command line (``python -m pipeline service``) calls
-the same checks before TensorFlow loads. Also the port probe (``claim_port``) both use.
+the same checks before TensorFlow loads. Also the port probe (``claim_port``) both use,
+and the ``service`` command's flags (``FLAGS``) and role rules (``check_flags``: a flag
+of the other role is an error; a fixed port is held while TensorFlow loads, until
+``release_port``); ``pipeline.distribute.run_from_flags`` runs the server.
 """
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import re
 import socket
-from typing import Optional, Sequence
+from typing import Any, Collection, List, Mapping, Optional, Sequence
 
 from pipeline import checks
 
 DISPATCHER_PORT = 5050  # run_dispatcher's default port
 HOST_PORT = re.compile(r"^(?:grpc://)?(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(\d+)$")
+# The command's flags (``python -m pipeline service --help``): (name, default, help[, kind]);
+# kind: int, tuple (A,B) or a string flag's metavar; otherwise the default's type.
+FLAGS = [
+    ("port", None, "TCP port to listen on (0: any free port). [default: dispatcher "
+     f"{DISPATCHER_PORT}, worker 0]", int),
+    ("dispatcher_address", None, "worker: the dispatcher (required).", "HOST:PORT"),
+    ("worker_address", None, "worker: its address (localhost:<port>).", "HOST:PORT"),
+    ("heartbeat_interval_ms", None, "worker: heartbeat interval.", int),
+    ("worker_addresses", None, "dispatcher: fixed worker HOST:PORTs.", tuple),
+    ("work_dir", None, "dispatcher: journal folder (fault tolerance).", "DIR"),
+    ("fault_tolerant_mode", False, "dispatcher: journal state to --work_dir."),
+    ("worker_timeout_ms", None, "dispatcher: worker heartbeat timeout.", int),
+]
 
 
 def claim_port(port: int) -> socket.socket:
@@ -130,3 +147,63 @@ def check_worker(dispatcher_address: str, port: int = 0, worker_address: Optiona
     _check_addresses("dispatcher_address", [dispatcher_address], dispatcher_address)
     if worker_address is not None:
         _check_addresses("worker_address", [worker_address], worker_address)
+
+
+# --- the command line's service command ------------------------------------------
+
+# The service port checked free before TensorFlow loads, held bound (so that no other server
+# takes it) until right before the server starts (``release_port``).
+HELD_PORTS: List[socket.socket] = []
+
+
+def release_port() -> None:
+    """Closes the port that ``check_flags`` holds, if any (the server binds it next)."""
+    while HELD_PORTS:
+        HELD_PORTS.pop().close()
+
+
+def role_arguments(role: str, flags: Mapping[str, Any]) -> dict:
+    """``role``'s arguments out of the command line's flags.
+
+    Args:
+        role: "dispatcher" or "worker".
+        flags: each flag's value by name, None where not given (e.g. ``vars(args)``).
+
+    Returns:
+        ``check_dispatcher`` / ``check_worker``'s arguments (which ``run_dispatcher`` /
+        ``run_worker`` take); ``port`` its default when not given.
+    """
+    check = check_dispatcher if role == "dispatcher" else check_worker
+    params = inspect.signature(check).parameters
+    kw = {k: flags[k] for k in params}
+    return dict(kw, port=params["port"].default if flags["port"] is None else flags["port"])
+
+
+def check_flags(role: str, flags: Mapping[str, Any], given: Collection[str]) -> None:
+    """``python -m pipeline service ROLE``'s flags, checked before TensorFlow loads.
+
+    A fixed port that is free stays bound (``HELD_PORTS``) until ``release_port``, so
+    that no other server takes it while TensorFlow loads.
+
+    Args:
+        role: "dispatcher" or "worker".
+        flags: as ``role_arguments``.
+        given: the flags the user typed, by name (``name`` or ``noname``).
+
+    Raises:
+        ValueError: a flag of the other role was given; a worker without
+            ``--dispatcher_address``; ``check_dispatcher`` / ``check_worker``'s error;
+            the port is in use (``hold_port``).
+    """
+    other = "worker" if role == "dispatcher" else "dispatcher"
+    wrong = [f for f in role_arguments(other, flags) if f != "port" and {f, f"no{f}"} & given]
+    if wrong:
+        raise ValueError("; ".join(f"--{f} is a flag of the {other}, not the {role}"
+                                   for f in wrong) + f". Received: service {role}")
+    if role == "worker" and not flags["dispatcher_address"]:
+        raise ValueError("service worker needs --dispatcher_address=HOST:PORT. "
+                         "Received: service worker, no --dispatcher_address")
+    kw = role_arguments(role, flags)
+    (check_dispatcher if role == "dispatcher" else check_worker)(**kw)
+    HELD_PORTS.extend(filter(None, [hold_port(role, kw["port"], flags["port"] is None)]))
+

@@ -1123,7 +1123,6 @@ def test_output_paths_that_exist_but_cannot_be_written_are_usage_errors_first(tm
 
 def test_writable_checks_leave_nothing_and_truncate_nothing(tmp_path):
     import argparse
-    from absl.app import UsageError
     from pipeline import checks, shards
     existing = tmp_path / "old.json"
     existing.write_text("keep me")
@@ -1139,7 +1138,7 @@ def test_writable_checks_leave_nothing_and_truncate_nothing(tmp_path):
                              "/o/s/")
     assert not shards.about_path(OSError(5, "Input/output error", "/src/a.jpg"), "/o/s")
     # a failure to write at the end is a usage error naming the flag, not a raw OSError
-    with pytest.raises(UsageError) as e:
+    with pytest.raises(ValueError) as e:
         cli._write_json(argparse.Namespace(json_out="/proc/x.json"), {})
     assert str(e.value).startswith("--json_out: cannot write '/proc/x.json' (") and \
         str(e.value).endswith("). Received: --json_out='/proc/x.json'")
@@ -1389,11 +1388,11 @@ def test_a_service_port_is_held_while_tensorflow_loads_and_checked_again_before_
     so one taken in between (here: right after the command frees it) is the same usage
     error, with no server started."""
     import socket
-    from pipeline import service_args
+    from pipeline import native_stderr, service_args
     port = _free_port()
     seen, grabbed = [], []
 
-    def import_tensorflow(real=cli._import_tensorflow):
+    def import_tensorflow(real=native_stderr.import_tensorflow):
         try:  # another server's check while this one loads TensorFlow
             service_args.claim_port(port).close()
             seen.append("free")
@@ -1401,7 +1400,7 @@ def test_a_service_port_is_held_while_tensorflow_loads_and_checked_again_before_
             seen.append(e.strerror)
         real()
 
-    def release_port(real=cli._release_port):
+    def release_port(real=service_args.release_port):
         real()
         if not grabbed:  # another dispatcher binds it now, as gRPC binds
             s = socket.socket()
@@ -1410,8 +1409,8 @@ def test_a_service_port_is_held_while_tensorflow_loads_and_checked_again_before_
             s.listen()
             grabbed.append(s)
 
-    monkeypatch.setattr(cli, "_import_tensorflow", import_tensorflow)
-    monkeypatch.setattr(cli, "_release_port", release_port)
+    monkeypatch.setattr(native_stderr, "import_tensorflow", import_tensorflow)
+    monkeypatch.setattr(service_args, "release_port", release_port)
     try:
         code, out, err = run_cli("service", "dispatcher", f"--port={port}")
     finally:
@@ -1428,7 +1427,7 @@ def test_a_service_port_is_held_while_tensorflow_loads_and_checked_again_before_
         f"pipeline service: error: cannot start the dispatcher on --port={port}: the port is "
         f"in use (Address already in use); choose another --port. Received: --port={port}")
     assert "Traceback" not in err
-    assert not cli._HELD_PORT  # nothing left bound in this process
+    assert not service_args.HELD_PORTS  # nothing left bound in this process
     service_args.claim_port(port).close()  # and the port is free again
 
 
@@ -1468,7 +1467,8 @@ def test_bench_exits_1_when_a_candidate_fails_and_logs_plain_lines(tmp_path, mon
 
 def test_plain_log_format_keeps_the_level_of_warnings():
     import logging as std
-    f = cli.PlainLogFormatter()
+    from pipeline import native_stderr
+    f = native_stderr.PlainLogFormatter()
 
     def rec(level, msg, *args):
         return std.LogRecord("absl", level, "x.py", 1, msg, args, None)

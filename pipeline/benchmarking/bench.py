@@ -6,13 +6,15 @@ plan (``plan=True``: ``pipeline.capacity``) or the stage profile (``profile=True
 ``pipeline.profile``); it prints what the command prints and returns the figures
 that ``--json_out`` writes. ``check`` is every check of its arguments, without
 TensorFlow (the command line calls it before TensorFlow loads; ``run`` calls it first).
+``command_arguments`` turns the command's flags into their arguments.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from typing import Optional, Sequence
+import re
+from typing import Any, Collection, Mapping, Optional, Sequence
 
 from pipeline import capacity
 from pipeline import checks
@@ -34,6 +36,31 @@ DEFAULTS = {"compare": ("keras",), "max_spread": harness.SPREAD_LIMIT, "epochs":
             "repeats": 5, "seed": 0, "target_images_per_sec": None,
             "worker_cores": capacity.DEFAULT_WORKER_CORES,
             "headroom": capacity.DEFAULT_HEADROOM, "augment": False, "profile_dir": None}
+# The command's flags (``python -m pipeline bench --help``): (name, default, help[, kind]);
+# kind: float, or a string flag's metavar; otherwise the default's type (tuple: A,B).
+FLAGS = [
+    ("data_dir", None, "Class folders (default: $PIPELINE_DATA_DIR, else a sample).", "DIR"),
+    ("image_size", ("224", "224"), "Output HEIGHT,WIDTH, pixels (one number: square)."),
+    ("batch_size", 64, "Batch size (images)."),
+    ("epochs", DEFAULTS["epochs"], "Epochs per candidate run."),
+    ("repeats", DEFAULTS["repeats"], "Runs per candidate, alternated round by round."),
+    ("compare", DEFAULTS["compare"],
+     "Candidates beside pipeline (empty: none), e.g. keras, plain."),
+    ("sample_images", 512, "Images in the built-in sample (when no --data_dir)."),
+    ("seed", DEFAULTS["seed"], "The shuffle (and augmentation) seed every candidate gets."),
+    ("on_error", "raise", "What pipeline does with a bad file: 'raise' or 'skip'."),
+    ("max_spread", DEFAULTS["max_spread"],
+     "Spread (max-min)/median above which a figure is flagged."),
+    ("profile", False, "Instead of peers, profile pipeline's stages and name the bottleneck."),
+    ("plan", False, "Instead of peers, a capacity plan (cores and service workers needed)."),
+    ("target_images_per_sec", None, "With --plan (required) or --profile: images/s.", float),
+    ("worker_cores", DEFAULTS["worker_cores"], "With --plan: cores per tf.data service worker."),
+    ("headroom", DEFAULTS["headroom"], "With --plan: spare capacity factor (>= 1)."),
+    ("augment", DEFAULTS["augment"], "With --plan: measure train mode (crop + flip), not eval."),
+    ("profile_dir", None, "With --profile: write a TensorBoard profiler trace here.", "DIR"),
+    ("json_out", None, "Also write the figures as JSON to this file.", "FILE"),
+    ("progress", True, "Show each candidate run's progress bar per epoch (stderr)."),
+]
 _MODE_NAMES = {"peers": "the peer comparison", "plan": "`plan`", "profile": "`profile`"}
 _MODE_DOES = {"peers": "bench compares peers in eval mode",
               "plan": "`plan` measures pipeline alone",
@@ -54,6 +81,27 @@ class PipelineFailed(RuntimeError):
 class Stopped(KeyboardInterrupt):
     """Ctrl-C during the peer comparison; the message says how many rounds finished
     (their medians were printed)."""
+
+
+def command_arguments(flags: Mapping[str, Any], given: Collection[str]) -> dict:
+    """``python -m pipeline bench``'s flags as ``run``'s (and ``check``'s) arguments.
+
+    Args:
+        flags: each flag's value by name (e.g. ``vars(args)``); ``image_size``: its
+            values as typed (strings; one value: a square).
+        given: the flags the user typed, by name (``name`` or ``noname``): a report's
+            own options (``MODE_OPTIONS``) are passed only when given, so that ``check``
+            refuses one given to a report that does not read it.
+
+    Returns:
+        The keyword arguments of ``run`` and ``check``.
+    """
+    size = tuple(int(v) if re.fullmatch(r"[-+]?\d+", v) else v for v in flags["image_size"])
+    kw = {k: flags[k] for k in ("data_dir", "batch_size", "sample_images", "on_error", "plan",
+                                "profile", "progress")}
+    kw["image_size"] = size[0] if len(size) == 1 else size
+    kw.update({n: flags[n] for n in MODE_OPTIONS if {n, f"no{n}"} & given})
+    return kw
 
 
 def _mode(plan: bool, profile: bool) -> str:
