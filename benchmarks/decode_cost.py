@@ -9,10 +9,16 @@ median and max are reported (the minimum is the steadiest on a shared machine).
 
   decode_jpeg            tf.io.decode_jpeg(channels=3): the floor
   decoder                pipeline.decode.Decoder().decode (sniff, bomb guard,
-                         EXIF orientation, JPEG fast path)
+                         EXIF orientation, JPEG fast path) as from_directory builds it
+                         for a folder of *.jpg files (other formats' decoders left out)
   decoder_no_exif        the same with exif_orientation=False
+  decoder_all_formats    the decoder with every format's decoder in the graph (a
+                         folder that mixes formats)
   decode_jpeg+resize     plain tf.data's map: decode_jpeg + transform.resize
   decoder+resize         the pipeline's eval map (resize="stretch")
+  decode_jpeg_ratio2+resize  decode_jpeg(ratio=2) (libjpeg's 1/2 DCT scale) + resize,
+                         no checks: the floor of any reduced-scale decode where a
+                         1/2 scale still covers the target (the sample at 128)
   identity               the map machinery alone
 
 Full size (the 1,000-photo sample)::
@@ -53,7 +59,11 @@ flags.DEFINE_bool("single_device", True, "Instantiate the map functions on their
 
 
 def candidates(size):
-    full, no_exif = decode.Decoder(3), decode.Decoder(3, exif_orientation=False)
+    # the graph from_directory builds for a folder of *.jpg files: other formats' decoders
+    # left out (others_in_graph=False); "decoder_all_formats" is a mixed folder's graph
+    full = decode.Decoder(3, others_in_graph=False)
+    no_exif = decode.Decoder(3, exif_orientation=False, others_in_graph=False)
+    mixed = decode.Decoder(3)
     px = lambda img: img[0, 0]  # a cheap output that depends on the whole decode
     jpeg = lambda c: tf.io.decode_jpeg(c, channels=3)
     return {
@@ -61,8 +71,11 @@ def candidates(size):
         "decode_jpeg": lambda c: px(jpeg(c)),
         "decoder": lambda c: px(full.decode(c)[0]),
         "decoder_no_exif": lambda c: px(no_exif.decode(c)[0]),
+        "decoder_all_formats": lambda c: px(mixed.decode(c)[0]),
         "decode_jpeg+resize": lambda c: transform.resize(jpeg(c), size),
         "decoder+resize": lambda c: transform.resize(full.decode(c)[0], size),
+        "decode_jpeg_ratio2+resize": lambda c: transform.resize(
+            tf.io.decode_jpeg(c, channels=3, ratio=2), size),
     }
 
 
@@ -107,7 +120,7 @@ def main(argv):
           f"of {FLAGS.repeats} rounds; functions "
           f"{'on their one device' if FLAGS.single_device else 'multi-device'})")
     for name, r in out["candidates"].items():
-        print(f"  {name:20s} {r['min']:8.0f} {r['median']:8.0f} {r['max']:8.0f}   "
+        print(f"  {name:26s} {r['min']:8.0f} {r['median']:8.0f} {r['max']:8.0f}   "
               f"{r['min'] / floor:5.2f}x decode_jpeg")
     if FLAGS.json_out:
         with open(FLAGS.json_out, "w") as f:

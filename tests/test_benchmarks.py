@@ -361,8 +361,8 @@ def test_decode_cost(photos, tmp_path):
                   "--image_size=32", f"--json_out={tmp_path / 'd.json'}")
     out = json.loads((tmp_path / "d.json").read_text())
     c = out["candidates"]
-    assert set(c) == {"identity", "decode_jpeg", "decoder", "decoder_no_exif",
-                      "decode_jpeg+resize", "decoder+resize"}
+    assert set(c) == {"identity", "decode_jpeg", "decoder", "decoder_no_exif", "decoder_all_formats",
+                      "decode_jpeg+resize", "decoder+resize", "decode_jpeg_ratio2+resize"}
     assert out["images"] > 0 and all(v["min"] > 0 and v["runs"] == [v["min"]] for v in c.values())
     assert out["single_device"] is True  # the pipeline's function runtime, by default
     # one line per candidate, each as a ratio of the bare decode (no timing is asserted:
@@ -512,6 +512,16 @@ def test_plot_benchmarks_draws_every_size(tmp_path):
     _run("plot_benchmarks.py", *files, f"--png_out={tmp_path / 'p.png'}")
     png = tmp_path / "p.png"
     assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 20000
+    # --omit=ROW:NAME leaves one candidate of one row out of the bars, the table keeps it
+    stdout = _run("plot_benchmarks.py", *files, "--omit=2:plain",
+                  f"--png_out={tmp_path / 'o.png'}")
+    assert (tmp_path / "o.png").read_bytes()[:8] == PNG_MAGIC
+    assert stdout.count("| plain |") == 2
+    bad = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "plot_benchmarks.py"),
+                          *files, "--omit=3:plain", f"--png_out={tmp_path / 'b.png'}"],
+                         capture_output=True, text=True, timeout=240)
+    assert bad.returncode != 0
+    assert "--omit takes ROW:NAME with ROW from 1 to 2. Received: --omit=3:plain" in bad.stderr
 
 
 def test_segmentation_pairs_every_candidate(photos, tmp_path):
