@@ -12,7 +12,10 @@ row's title.
 Also prints each result as the markdown table of docs/benchmarks.md.
 
     python benchmarks/plot_benchmarks.py benchmarks/results/peers_sample_224.json \\
-        benchmarks/results/peers_1600x1200_224.json --png_out=docs/benchmarks.png
+        benchmarks/results/peers_sample_128.json benchmarks/results/peers_1600x1200_224.json \\
+        benchmarks/results/peers_4000x3000_224.json --omit=3:grain \\
+        --labels="sample photos -> 224,sample photos -> 128,1600x1200 mosaics -> 224,4000x3000 mosaics -> 224" \\
+        --png_out=docs/benchmarks.png
 """
 
 import json
@@ -26,6 +29,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("png_out", "benchmarks.png", "PNG written.")
 flags.DEFINE_list("labels", [], "A title per JSON file (default: its data folder, size "
                   "and image count).")
+flags.DEFINE_list("omit", [], "ROW:NAME pairs (ROW: the JSON file's position, from 1) left out "
+                  "of the bars and named under the row's title, e.g. 3:grain for a figure the "
+                  "table calls not a measurement.")
 
 CEILING = "in_memory"
 PANELS = (("images_per_sec", "images/s"),
@@ -45,18 +51,20 @@ def _row_title(out, label):
             f"{out['repeats']} (medians), {out['cores']} cores")
 
 
-def plot(results, path, labels=()):
-    """Writes the figure for ``results`` (peers.py JSON dicts) to ``path``; returns it."""
+def plot(results, path, labels=(), omit=()):
+    """Writes the figure for ``results`` (peers.py JSON dicts) to ``path``; returns it.
+    ``omit``: (row, name) pairs, row from 0, left out of the bars."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = len(results)
     names_per_row = []
-    for out in results:
+    for row, out in enumerate(results):
         res = out["candidates"]
         names_per_row.append([n for n, r in res.items()
-                              if n != CEILING and "skipped" not in r and "error" not in r])
+                              if n != CEILING and "skipped" not in r and "error" not in r
+                              and (row, n) not in omit])
     height = sum(0.32 * max(len(n), 3) + 1.2 for n in names_per_row)
     fig, axes = plt.subplots(rows, 3, figsize=(15, max(height, 3.5)), squeeze=False,
                              gridspec_kw={"height_ratios": [max(len(n), 3)
@@ -99,8 +107,11 @@ def plot(results, path, labels=()):
             if col == 1:
                 gone = [f"{n} ({'skipped' if 'skipped' in r else 'failed'})"
                         for n, r in res.items() if "skipped" in r or "error" in r]
+                left = [n for n in res if (row, n) in omit]
                 ax.set_title(_row_title(out, labels[row] if row < len(labels) else "")
-                             + ("\nnot run: " + ", ".join(gone) if gone else ""), fontsize=9)
+                             + ("\nnot run: " + ", ".join(gone) if gone else "")
+                             + ("\nnot plotted (see the table): " + ", ".join(left)
+                                if left else ""), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -134,7 +145,14 @@ def main(argv):
             results.append(json.load(fh))
     for f, out in zip(files, results):
         print(f"{f}:\n{markdown_table(out)}\n")
-    print(plot(results, FLAGS.png_out, FLAGS.labels))
+    omit = set()
+    for item in FLAGS.omit:
+        row, _, name = item.partition(":")
+        if not row.isdigit() or not 1 <= int(row) <= len(files) or not name:
+            raise app.UsageError(f"--omit takes ROW:NAME with ROW from 1 to {len(files)}. "
+                                 f"Received: --omit={item}")
+        omit.add((int(row) - 1, name))
+    print(plot(results, FLAGS.png_out, FLAGS.labels, omit))
 
 
 if __name__ == "__main__":
