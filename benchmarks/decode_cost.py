@@ -44,7 +44,7 @@ from candidates import data_dir as _data_dir  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
 
-from pipeline import decode, stack, transform  # noqa: E402
+from pipeline import decode, sample, stack, transform  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("data_dir", None, "Class-folder photo root. " + DATA_DIR_HELP)
@@ -110,7 +110,7 @@ def main(argv):
     for _ in range(FLAGS.repeats):
         for name, fn in cands.items():
             runs[name].append(cpu_us_per_image(blobs, fn, FLAGS.epochs))
-    out = {"data_dir": root, "images": len(blobs), "epochs": FLAGS.epochs,
+    out = {"data_dir": sample.data_dir_label(root), "images": len(blobs), "epochs": FLAGS.epochs,
            "single_device": FLAGS.single_device,
            "repeats": FLAGS.repeats, "unit": "CPU microseconds per image, one thread",
            "candidates": {n: {"min": min(v), "median": statistics.median(v), "max": max(v),
