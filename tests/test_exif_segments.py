@@ -182,3 +182,42 @@ def test_exif_after_a_table_segment_is_not_read(orientation_fn):
         with Image.open(io.BytesIO(data)) as im:
             assert im.getexif().get(0x0112) == o
         assert int(orientation_fn(tf.constant(data))) == 1
+
+
+@pytest.mark.parametrize("data, present", [
+    (b"\xff\xd8\xff\xe1\x00\x10Exif\x00\x00II*\x00", True),
+    (b"\xe1\xff\xc3\x80" * 1000 + b"Exif\x00\x00" + b"\xfe\xff" * 99, True),  # not UTF-8
+    (b"\x00" * 5000 + b"Exif\x00\x00", True),                                # at the very end
+    (b"Exif\x00\x00", True),
+    (b"\xff\xd8" + b"Exif\x00\x01" + b"xif\x00\x00" + b"\xc3" * 300, False),
+    (b"Exif\x00", False),
+    (b"", False),
+])
+def test_exif_signature_in_finds_the_bytes_anywhere(data, present):
+    """The walk's shortcut (no ``Exif\\0\\0`` in the bytes: no EXIF block) must never miss
+    the bytes: binary data around them, the file's end, the file's start."""
+    fn = tf.function(decode.exif_signature_in, autograph=False,
+                     input_signature=[tf.TensorSpec([], tf.string)])
+    assert bool(fn(tf.constant(data))) is present
+    assert (b"Exif\x00\x00" in data) is present
+
+
+@pytest.mark.parametrize("exif_bytes_in_icc", [False, True])
+def test_walked_layout_without_exif_block_is_orientation_1(exif_bytes_in_icc, orientation_fn):
+    """A layout the walk must step through (JFIF, ICC, Photoshop), with no EXIF block:
+    orientation 1 whether or not the bytes ``Exif\\0\\0`` occur inside the ICC profile (then
+    the walk runs and finds no block); the same layout with the block after them: read."""
+    icc = b"ICC_PROFILE\x00\x01\x01" + bytes(300) + (
+        b"Exif\x00\x00MM\x00*" if exif_bytes_in_icc else b"") + bytes(200)
+    segs = [_JFIF, _segment(0xE2, icc), _segment(0xED, b"Photoshop 3.0\x00" + bytes(80))]
+    plain = b"\xff\xd8" + b"".join(segs) + _image()
+    assert int(decode.exif_route(decode.header_words(tf.constant(plain)))) == decode.ROUTE_WALK
+    with Image.open(io.BytesIO(plain)) as im:
+        assert im.getexif().get(0x0112) is None
+    assert int(orientation_fn(tf.constant(plain))) == 1
+    for o in (3, 6):
+        data = b"\xff\xd8" + b"".join(segs) + _exif(o) + _image()
+        assert int(orientation_fn(tf.constant(data))) == o
+        img, reason = decode.Decoder(3).decode(tf.constant(data))
+        assert reason.numpy() == b""
+        _assert_pixels(img.numpy(), data)
