@@ -1,10 +1,37 @@
-"""Shared fixtures: real image files (Pillow) in temp dirs, and the shared data."""
+"""Shared fixtures: real image files (Pillow) in temp dirs, and the shared data; the
+hypothesis profiles every property test runs under."""
 
 import os
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, Phase, settings
 from PIL import Image
+
+# --- hypothesis profiles ----------------------------------------------------------------------
+# PIPELINE_HYPOTHESIS_PROFILE chooses; else "ci" where the CI variable is set (CI sets CI=true,
+# and so does .ci/run), else "dev".
+#   ci        derandomized (the same examples every run), CI_EXAMPLES examples per test, no
+#             example database, no shrinking: a failure is reported as drawn.
+#   dev       the same count of random examples (a new draw each run), no shrinking.
+#   thorough  PIPELINE_HYPOTHESIS_EXAMPLES examples (default 2000), shrinking a failure
+#             unless PIPELINE_HYPOTHESIS_SHRINK=0 (.ci/run --all runs it with 60).
+# One example of the option-space tests costs seconds, a shrink minutes.
+CI_EXAMPLES = 6
+_COMMON = dict(deadline=None, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                      HealthCheck.data_too_large])
+_NO_SHRINK = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
+settings.register_profile("ci", max_examples=CI_EXAMPLES, derandomize=True, database=None,
+                          phases=_NO_SHRINK, **_COMMON)
+settings.register_profile("dev", max_examples=CI_EXAMPLES, phases=_NO_SHRINK, **_COMMON)
+settings.register_profile(
+    "thorough", max_examples=int(os.environ.get("PIPELINE_HYPOTHESIS_EXAMPLES", "2000")),
+    phases=(list(Phase) if os.environ.get("PIPELINE_HYPOTHESIS_SHRINK", "1") != "0"
+            else _NO_SHRINK), **_COMMON)
+HYPOTHESIS_PROFILE = os.environ.get("PIPELINE_HYPOTHESIS_PROFILE") or (
+    "ci" if os.environ.get("CI") else "dev")
+settings.load_profile(HYPOTHESIS_PROFILE)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.abspath(os.path.join(REPO, "..", "shared"))

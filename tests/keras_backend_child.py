@@ -1,6 +1,7 @@
 """Run by tests/test_keras_backends.py in a subprocess whose KERAS_BACKEND is set (it must be
 before keras is imported): fits, evaluates and predicts tiny models on pipeline datasets, and
-prints one JSON object of what happened. Usage: python keras_backend_child.py DATA_DIR."""
+prints one JSON object of what happened. Usage: python keras_backend_child.py DATA_DIR
+[SCENARIO,SCENARIO...] (default: every scenario)."""
 
 import json
 import math
@@ -15,6 +16,7 @@ import tensorflow as tf
 import pipeline
 
 ROOT = sys.argv[1]
+ONLY = set(sys.argv[2].split(",")) if len(sys.argv) > 2 else None
 SIDE = 16
 BATCH = 4
 out = {"backend": keras.backend.backend()}
@@ -62,6 +64,8 @@ def run(m, train, val=None, predict_ds=None):
 
 
 def scenario(name, fn):
+    if ONLY is not None and name not in ONLY:
+        return
     try:
         out[name] = fn()
     except Exception as e:  # pylint: disable=broad-except

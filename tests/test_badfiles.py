@@ -117,6 +117,7 @@ def test_skip_mode_every_good_file_once_every_bad_file_recorded(mixed, parallel,
         assert words in recs[path], (path, recs[path])
 
 
+@pytest.mark.stack  # the decoders' or Keras' behaviour, by stack
 @pytest.mark.parametrize("name", sorted(FAULTS))
 def test_raise_mode_names_path_and_reason(mixed, name):
     root, good, bad = mixed
@@ -274,6 +275,7 @@ def test_scan_manifests_max_pixels_and_cli_usage(mixed, tmp_path):
     assert "pipeline convert: error:" in proc.stderr and "nope" in proc.stderr
 
 
+@pytest.mark.stack  # the decoders' or Keras' behaviour, by stack
 @pytest.mark.needs_tfio
 def test_truncated_tiff_is_bad(tmp_path):
     """Found by a fresh-eyes user: libtiff decoded a TIFF cut in half without an
@@ -297,6 +299,7 @@ def test_truncated_tiff_is_bad(tmp_path):
         "cut.tiff", "lzw_cut.tiff"]
 
 
+@pytest.mark.stack  # the decoders' or Keras' behaviour, by stack
 def test_low_bit_depth_png_alpha_is_opaque(tmp_path):
     """Found by a fresh-eyes user: 1-, 2- and 4-bit PNGs got alpha 1, 3 or 15 with
     channels=4 (TensorFlow's decode_png), not 255."""
@@ -352,6 +355,7 @@ if sys.argv[2] == "skip":
 """
 
 
+@pytest.mark.stack  # the decoders' or Keras' behaviour, by stack
 @pytest.mark.parametrize("on_error", ["skip", "raise"])
 def test_a_truncated_jpeg_is_decoded_once_in_an_epoch(tmp_path, on_error):
     """Found by a fresh-eyes user: TensorFlow logged "Premature end of JPEG data" twice for

@@ -5,6 +5,10 @@ Already run elsewhere: npy_memory.py (tests/test_npy.py) and queue_runners.py
 the figures are checked for presence, sign and consistency (each ratio is the
 quotient of the figures it names), not for speed: tiny data on a shared
 2-core machine says nothing about speed.
+
+Running each script end to end is the slow tier's (``.ci/run --all``); the default tier runs
+two scripts end to end (``tfrecord_vs_files.py``, ``gpu_saturation.py --smoke``) and the
+harness's own checks, cheaply.
 """
 
 import json
@@ -20,9 +24,6 @@ from PIL import Image
 
 from pipeline import sample
 
-# Tests the benchmark scripts' plumbing and output, which do not depend on the TensorFlow stack:
-# .ci/run tests them on the current stack only (setup.cfg: one_stack).
-pytestmark = pytest.mark.one_stack
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 32
@@ -68,6 +69,7 @@ def _figures_ok(r, images):
     assert r["images_delivered"] == images, r
 
 
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
 def test_peers(photos, tmp_path):
     stdout = _run("peers.py", f"--data_dir={photos}", "--image_size=48", "--batch_size=8",
                   "--epochs=1", f"--json_out={tmp_path / 'peers.json'}")
@@ -179,6 +181,7 @@ def test_dali_peer_runs_or_says_why_not(photos, peers_module, monkeypatch):
     assert "pip install nvidia-dali-cuda120" in peers_module.DALI_MISSING
 
 
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
 def test_memory_scaling(photos, tmp_path):
     stdout = _run("memory_scaling.py", f"--data_dir={photos}", "--sizes=16,40",
                   "--image_size=48", "--batch_size=8", "--num_classes=4",
@@ -197,6 +200,7 @@ def test_memory_scaling(photos, tmp_path):
     assert "pipeline change" in stdout
 
 
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
 def test_guard_cost(photos, tmp_path):
     stdout = _run("guard_cost.py", f"--data_dir={photos}", "--image_size=48",
                   "--batch_size=8", "--epochs=1", "--repeats=1",
@@ -220,6 +224,7 @@ def test_guard_cost(photos, tmp_path):
     assert "pipeline / plain" in stdout and "per epoch start" in stdout
 
 
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
 def test_gpu_saturation_small_model(photos, tmp_path):
     _run("gpu_saturation.py", f"--data_dir={photos}", "--image_size=48", "--batch_size=8",
          "--steps=4", "--warmup=2", "--repeats=1", f"--json_out={tmp_path / 'gpu.json'}")
@@ -260,6 +265,7 @@ def test_tfrecord_vs_files(photos, tmp_path):
         assert out[side]["images_per_sec"] > 0 and out[side]["first_batch_sec"] > 0
 
 
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
 def test_service_scaling_one_worker(photos, tmp_path):
     out_path = tmp_path / "svc.json"
     _run("service_scaling.py", f"--data_dir={photos}", f"--num_images={N}", "--epochs=1",
@@ -294,6 +300,7 @@ def test_bench_cli_refuses_unknown_candidate():
     assert "Received: --compare=keras,nope" in proc.stderr
 
 
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
 def test_startup(photos, tmp_path):
     """benchmarks/startup.py at its two smallest sizes (tiny: 200 and 1,000 links)."""
     trees = tmp_path / "trees"
@@ -356,6 +363,7 @@ def test_startup(photos, tmp_path):
     assert "| files | pipeline factory |" in stdout and "index bytes per file" in stdout
 
 
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
 def test_decode_cost(photos, tmp_path):
     stdout = _run("decode_cost.py", f"--data_dir={photos}", "--repeats=1", "--epochs=1",
                   "--image_size=32", f"--json_out={tmp_path / 'd.json'}")
@@ -441,6 +449,7 @@ def test_cpu_seconds_counts_worker_processes():
         child.communicate(b"", timeout=30)
 
 
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
 def test_hires_set_makes_mosaics_of_the_photos(photos, tmp_path):
     """benchmarks/hires_set.py at tiny sizes: the files, their sizes, their tiles (each
     tile is a source photo fitted to it), the sample links, the JSON; a second run
@@ -524,6 +533,7 @@ def test_plot_benchmarks_draws_every_size(tmp_path):
     assert "--omit takes ROW:NAME with ROW from 1 to 2. Received: --omit=3:plain" in bad.stderr
 
 
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
 def test_segmentation_pairs_every_candidate(photos, tmp_path):
     """benchmarks/segmentation.py at tiny sizes, pairs checked: every candidate delivers
     each pair once per epoch, each mask with its own image (the class read back from the

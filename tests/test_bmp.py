@@ -18,6 +18,9 @@ from PIL import Image
 
 from pipeline.bmp import bmp_header, decode_bmp
 
+# Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
 CASES2 = os.path.join(SHARED, "cases2")
 TOL = 3  # colour levels; alpha is compared exactly

@@ -20,6 +20,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+# Keras and TensorFlow APIs that change between versions: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 120  # files; enough that a writer paused after a few elements is mid-cache
 

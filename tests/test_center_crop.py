@@ -17,6 +17,9 @@ import pipeline
 from pipeline import transform
 from conftest import IMAGENET as SAMPLE
 
+# Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 
 def _photos(n=12):
     files = sorted(f for f in glob.glob(os.path.join(SAMPLE, "*", "*"))

@@ -13,11 +13,6 @@ from conftest import run_cli
 from pipeline import cli, sample
 from pipeline.benchmarking import harness as bench
 
-# Tests the command line's parsing, messages and exit codes, which do not depend on the
-# TensorFlow stack:
-# .ci/run tests them on the current stack only (setup.cfg: one_stack).
-pytestmark = pytest.mark.one_stack
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

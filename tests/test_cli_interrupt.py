@@ -13,9 +13,6 @@ import pytest
 from conftest import solid
 from pipeline.benchmarking import harness as bench
 
-# Tests Ctrl-C handling of the command line, which do not depend on the TensorFlow stack:
-# .ci/run tests them on the current stack only (setup.cfg: one_stack).
-pytestmark = pytest.mark.one_stack
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -13,6 +13,9 @@ import pipeline
 from pipeline import compat
 from tests._scale_helpers import REPO, make_images
 
+# Keras and TensorFlow APIs that change between versions: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 N = 20
 
 
@@ -221,6 +224,7 @@ def test_flow_from_directory_refuses_options_without_equivalent(root, kw, match)
         compat.flow_from_directory(root, **kw)
 
 
+@pytest.mark.slow  # benchmarks/queue_runners.py end to end
 def test_queue_runner_benchmark_runs_side_by_side(root, tmp_path):
     out = tmp_path / "qr.json"
     r = subprocess.run(

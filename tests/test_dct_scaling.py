@@ -35,6 +35,9 @@ import pipeline
 from pipeline import decode as decode_lib
 from pipeline import transform
 
+# Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 SAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "imagenet-sample")
 MIN_PSNR = 28.0  # dB against the reference, median over the files (issue's floor)
 TARGET = (48, 64)  # (height, width) of the outputs: small, so that 18x sources stay small

@@ -93,6 +93,7 @@ def test_empty_subset_is_named(tmp_path):
 @pytest.mark.parametrize("mode, fmt", [("L", "PNG"), ("RGB", "PNG"), ("RGBA", "PNG"),
                                        ("P", "PNG"), ("LA", "PNG"), ("RGB", "JPEG"),
                                        ("L", "JPEG"), ("RGB", "GIF"), ("RGB", "BMP")])
+@pytest.mark.stack  # the decoders' or Keras' behaviour, by stack
 @pytest.mark.parametrize("channels", [1, 3, 4])
 def test_shape_dtype_channels(tmp_path, mode, fmt, channels):
     p = solid(str(tmp_path / f"img.{fmt.lower()}"), 200, size=(9, 7), mode=mode, fmt=fmt)
@@ -137,6 +138,7 @@ def test_resize_modes(tmp_path):
     assert stretch.shape == (10, 10, 3) and (stretch[:, 0, 0] == 50).all()
 
 
+@pytest.mark.stack  # the decoders' or Keras' behaviour, by stack
 def test_model_fit_one_epoch(class_tree):
     import keras
     root, _ = class_tree
@@ -151,6 +153,7 @@ def test_model_fit_one_epoch(class_tree):
 
 @pytest.mark.skipif(not os.path.isdir(IMAGENET),
                     reason="needs real photos: $PIPELINE_DATA_DIR or ../shared/data/imagenet-sample")
+@pytest.mark.stack  # the decoders' or Keras' behaviour, by stack
 def test_end_to_end_on_real_photos():
     ds = pipeline.from_directory(IMAGENET, image_size=(224, 224), batch_size=64, seed=0)
     classes = sorted(d.name for d in os.scandir(IMAGENET) if d.is_dir())

@@ -18,6 +18,9 @@ from PIL import Image
 
 from pipeline import decode
 
+# Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 SEED = 1612
 
 

@@ -20,6 +20,9 @@ from PIL import Image, ImageOps
 import pipeline
 from pipeline import decode, formats
 
+# Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 
 def _segment(marker, payload):
     assert len(payload) <= 65533

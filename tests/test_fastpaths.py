@@ -33,6 +33,9 @@ import pipeline
 from pipeline import decode as decode_lib
 from pipeline import transform
 
+# Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 TOLERANCE = 1  # levels, max absolute difference (issue #12)
 SUBSAMPLING = {"420": 2, "422": 1, "444": 0}  # Pillow's `subsampling=`
 SIZES = [(257, 333), (47, 64), (111, 1001)]  # (height, width): odd sides

@@ -11,6 +11,9 @@ import pipeline
 from pipeline import formats
 from conftest import drain
 
+# Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 BASE = (np.indices((37, 53)).sum(0)[..., None] * [3, 5, 7] % 256).astype(np.uint8)
 
 

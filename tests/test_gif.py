@@ -21,6 +21,9 @@ import pipeline
 from pipeline import decode
 from pipeline import report as report_lib
 
+# Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 
 def _pal_image(w, h, seed, n=16):
     rng = np.random.default_rng(seed)

@@ -15,6 +15,9 @@ import pipeline
 from pipeline import decode as decode_lib
 from pipeline import formats
 
+# Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 
 def _graph_ops(ds):
     """(op type, node name) of every node of a dataset's graph, functions included."""

@@ -1,7 +1,11 @@
 """Keras 3 on the JAX and PyTorch backends fed from pipeline datasets: fit, evaluate and
 predict with every label mode, skipped bad files, augmentation and validation_split; a
 plain JAX loop over ``as_numpy_iterator``. Each backend runs in a subprocess
-(``keras_backend_child.py``): KERAS_BACKEND must be set before keras is imported."""
+(``keras_backend_child.py``): KERAS_BACKEND must be set before keras is imported.
+
+The whole matrix (every label mode and extra, one process per backend) is in the slow tier;
+the default tier fits, evaluates and predicts with int labels and skipped bad files on each
+backend (``test_fit_and_skip_on_each_backend``)."""
 
 import importlib.util
 import json
@@ -13,6 +17,9 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
+
+# Keras and TensorFlow APIs that change between versions: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLASSES = ("bird", "cat", "dog")
@@ -41,24 +48,37 @@ def _data(root):
         f.write("\n".join(rows) + "\n")
 
 
-@pytest.fixture(scope="module", params=["jax", "torch"])
-def result(request, tmp_path_factory):
-    backend = request.param
+def _child(backend, root, scenarios=None):
+    """Runs keras_backend_child.py on ``backend`` over the data in ``root``: its JSON result."""
     if importlib.util.find_spec(backend) is None:
         pytest.skip(f"{backend} is not installed here: pip install -e '.[backends]' "
                     "(the TensorFlow 2.21 stack; torch's CPU build)")
-    root = str(tmp_path_factory.mktemp(backend))
     _data(root)
     env = dict(os.environ, KERAS_BACKEND=backend, CUDA_VISIBLE_DEVICES="",
                PYTHONPATH=os.pathsep.join([os.path.dirname(HERE),
                                            os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "keras_backend_child.py"), root],
-                          env=env, capture_output=True, text=True, timeout=1800, check=False)
+    args = [sys.executable, os.path.join(HERE, "keras_backend_child.py"), root]
+    proc = subprocess.run(args + ([",".join(scenarios)] if scenarios else []), env=env,
+                          capture_output=True, text=True, timeout=1800, check=False)
     line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     assert proc.returncode == 0 and line, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(line[-1][len("RESULT "):])
     assert out["backend"] == backend
     return out
+
+
+@pytest.fixture(scope="module", params=["jax", "torch"])
+def result(request, tmp_path_factory):
+    return _child(request.param, str(tmp_path_factory.mktemp(request.param)))
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_fit_and_skip_on_each_backend(backend, tmp_path):
+    r = _child(backend, str(tmp_path), ["int", "skip"])
+    _ok(r["int"], "int", math.ceil(18 / BATCH))
+    assert r["int"]["predict_shape"] == [18, 3]
+    _ok(r["skip"], "skip", math.ceil(18 / BATCH))
+    assert r["skip"]["skipped"] == ["cut.png", "notes.jpg"]
 
 
 def _ok(r, name, steps):
@@ -71,12 +91,14 @@ def _ok(r, name, steps):
 
 @pytest.mark.parametrize("mode,n_files,width", [
     ("int", 18, 3), ("categorical", 18, 3), ("binary", 12, 1), ("multi_hot", 18, 3)])
+@pytest.mark.slow
 def test_fit_evaluate_predict_every_label_mode(result, mode, n_files, width):
     r = result[mode]
     _ok(r, mode, math.ceil(n_files / BATCH))
     assert r["predict_shape"] == [n_files, width]
 
 
+@pytest.mark.slow
 def test_skipped_bad_files_are_left_out_of_every_pass(result):
     r = result["skip"]
     _ok(r, "skip", math.ceil(18 / BATCH))
@@ -84,10 +106,12 @@ def test_skipped_bad_files_are_left_out_of_every_pass(result):
     assert r["skipped"] == ["cut.png", "notes.jpg"]
 
 
+@pytest.mark.slow
 def test_augmentation(result):
     _ok(result["augment"], "augment", math.ceil(18 / BATCH))
 
 
+@pytest.mark.slow
 def test_validation_split_both(result):
     r = result["split"]
     # 18 files, validation_split=0.25: int(0.25 * 18) = 4 validation, 14 training
@@ -96,6 +120,7 @@ def test_validation_split_both(result):
     assert r["predict_shape"] == [14, 3]
 
 
+@pytest.mark.slow
 def test_plain_jax_loop(result):
     if result["backend"] != "jax":
         pytest.skip("the JAX loop runs on the jax backend's process")
@@ -106,6 +131,7 @@ def test_plain_jax_loop(result):
     assert abs(r["losses"][0] - math.log(3)) < 1e-5  # zero weights: uniform prediction
 
 
+@pytest.mark.slow
 def test_documented_extras(result):
     """What docs/keras-backends.md says of each, as measured: bfloat16 images,
     prefetch_to_device (ignored without that device) and tf.data service work; include_paths=True does not

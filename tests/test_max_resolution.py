@@ -12,6 +12,9 @@ import pipeline
 from pipeline import quality
 from pipeline import shards
 
+# JPEG re-encoding in graph: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                       "shared", "data", "imagenet-sample")
 N = 256

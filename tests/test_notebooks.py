@@ -17,6 +17,7 @@ what TensorFlow writes shows as it would for them. The optional peers (torch) ar
 installed is skipped and said so.
 """
 
+import importlib.util
 import json
 import os
 import shutil
@@ -26,9 +27,6 @@ from pathlib import Path
 
 import pytest
 
-# Tests the notebooks run as saved, which do not depend on the TensorFlow stack:
-# .ci/run tests them on the current stack only (setup.cfg: one_stack).
-pytestmark = pytest.mark.one_stack
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -97,6 +95,36 @@ def fresh_clone(tmp_path_factory):
     return repo, root / "jupyter"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_code_cells_compile_and_import_only_what_exists(path):
+    """The default tier's cheap check of each notebook (executing them is the slow tier's):
+    every code cell is valid Python (IPython's ``%``/``!`` lines aside), and every
+    ``pipeline`` module and public name the notebook imports or calls exists."""
+    import ast
+    import importlib
+    import pipeline
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        src = "\n".join("pass" if line.lstrip().startswith(("%", "!")) else line
+                        for line in cell.source.splitlines())
+        tree = ast.parse(src, f"{path.name} cell {i + 1}")
+        compile(tree, f"{path.name} cell {i + 1}", "exec")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipeline"):
+                mod = importlib.import_module(node.module)
+                for alias in node.names:
+                    assert hasattr(mod, alias.name) or importlib.util.find_spec(
+                        f"{node.module}.{alias.name}"), (path.name, node.module, alias.name)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("pipeline"):
+                        importlib.import_module(alias.name)
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id == "pipeline"):
+                assert hasattr(pipeline, node.attr), (path.name, f"pipeline.{node.attr}")
+
+
+@pytest.mark.slow  # each notebook executed top to bottom: minutes; the check above is cheap
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_as_is(path, fresh_clone, tmp_path, monkeypatch):
     repo, jupyter = fresh_clone

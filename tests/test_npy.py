@@ -11,6 +11,9 @@ import tensorflow as tf
 
 import pipeline
 
+# Keras and TensorFlow APIs that change between versions: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -107,6 +110,7 @@ def test_refusals_name_the_file(tmp_path, shards):
         pipeline.from_npy_shards(xs, batch_size=0)
 
 
+@pytest.mark.slow  # benchmarks/npy_memory.py end to end
 def test_memory_benchmark_small(tmp_path):
     out = tmp_path / "npy.json"
     subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "npy_memory.py"),

@@ -24,11 +24,11 @@ pixels say which file they are and its class). For every combination it checks:
 The deterministic tests below it are the issue's faults, each a minimal reproduction.
 Nothing here is marked xfail: the tests of open faults fail until the faults are fixed.
 
-Hypothesis profiles (``PIPELINE_HYPOTHESIS_PROFILE`` chooses; default "ci" when the ``CI``
-environment variable is set, else "dev"): "ci" is derandomized with few examples so that
-this file runs in about 90 s on 2 cores; "dev" is the same number of random examples;
-"thorough" runs ``PIPELINE_HYPOTHESIS_EXAMPLES`` (default 2000) and shrinks a failure
-unless ``PIPELINE_HYPOTHESIS_SHRINK=0``. ``PIPELINE_PROP_LOG=<file>`` appends one line per
+Hypothesis profiles (registered in ``conftest.py``; ``PIPELINE_HYPOTHESIS_PROFILE`` chooses,
+default "ci" when the ``CI`` environment variable is set, else "dev"): "ci" is derandomized
+with few examples; "dev" is the same number of random examples; "thorough" runs
+``PIPELINE_HYPOTHESIS_EXAMPLES`` (default 2000) and shrinks a failure unless
+``PIPELINE_HYPOTHESIS_SHRINK=0``. ``PIPELINE_PROP_LOG=<file>`` appends one line per
 example (time, passed/FAILED, seconds, the combination): the count of a long sweep. Set
 ``PIPELINE_PROP_EXCLUDE_KNOWN=1`` to leave out the combinations that hit the issue's open
 faults (see ``known_fault``), so that a sweep looks for new ones.
@@ -51,41 +51,21 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import HealthCheck, Phase, assume, given, note, settings
+from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 from PIL import Image
 
 import pipeline
 from tests import prop_data as pdata
 from tests.prop_data import BAD_NAME, CLASSES, N
+from conftest import HYPOTHESIS_PROFILE
 
 SHARED = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                       "shared"))
 
-# --- hypothesis profiles ----------------------------------------------------------------------
+# --- hypothesis profiles: registered and loaded in conftest.py (ci, dev, thorough) -------------
 
-CI_EXAMPLES = 6
-_COMMON = dict(
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                           HealthCheck.data_too_large],
-    print_blob=True,
-)
-# No shrinking in "ci" and "dev": one example costs seconds, a shrink minutes; the failing
-# example is reported as drawn. "thorough" shrinks.
-_NO_SHRINK = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
-settings.register_profile("ci", max_examples=CI_EXAMPLES, derandomize=True, database=None,
-                          phases=_NO_SHRINK, **_COMMON)
-settings.register_profile("dev", max_examples=CI_EXAMPLES, phases=_NO_SHRINK, **_COMMON)
-# "thorough" shrinks a failure unless PIPELINE_HYPOTHESIS_SHRINK=0 (a long sweep that logs
-# its examples, see PIPELINE_PROP_LOG, can rather report the failure as drawn and go on).
-_THOROUGH_PHASES = (list(Phase) if os.environ.get("PIPELINE_HYPOTHESIS_SHRINK", "1") != "0"
-                    else _NO_SHRINK)
-settings.register_profile(
-    "thorough", max_examples=int(os.environ.get("PIPELINE_HYPOTHESIS_EXAMPLES", "2000")),
-    phases=_THOROUGH_PHASES, **_COMMON)
-PROFILE = os.environ.get("PIPELINE_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI")
-                                                           else "dev")
+PROFILE = HYPOTHESIS_PROFILE
 EXCLUDE_KNOWN = os.environ.get("PIPELINE_PROP_EXCLUDE_KNOWN", "") not in ("", "0")
 
 TOL = 1.5  # levels: ids are 4 luma levels apart; PNG and flat JPEG colours come out exact

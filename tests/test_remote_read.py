@@ -25,6 +25,9 @@ import pipeline  # noqa: E402
 from pipeline import read  # noqa: E402
 from pipeline import stack  # noqa: E402
 
+# File systems and tensorflow-io: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                       "shared", "data", "imagenet-sample")
 BUCKET = "photos"

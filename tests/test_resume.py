@@ -10,6 +10,9 @@ import pipeline
 from pipeline import resume
 from tests._scale_helpers import last_json, make_images, run_py
 
+# Keras and TensorFlow APIs that change between versions: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 N = 30
 
 

@@ -12,6 +12,9 @@ import pytest
 
 from io_helpers import write_image
 
+# File systems and tensorflow-io: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "bkt"
 

@@ -4,6 +4,10 @@ import numpy as np
 from PIL import Image
 
 import pipeline
+import pytest
+
+# Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
 
 
 def test_scan_reports_truncated_jpeg(tmp_path):

@@ -16,6 +16,9 @@ from tensorflow.core.framework import graph_pb2
 import pipeline
 from pipeline import stack
 
+# Keras and TensorFlow APIs that change between versions: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 
 
 def write_class_folders(root, classes, per_class):

@@ -14,6 +14,9 @@ import tensorflow as tf
 
 from pipeline import stack
 
+# File systems and tensorflow-io: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -24,6 +24,7 @@ def folder(tmp_path):
     return str(tmp_path / "src")
 
 
+@pytest.mark.stack  # the decoders' or Keras' behaviour, by stack
 def test_roundtrip_same_elements_as_source(folder, tmp_path):
     out = str(tmp_path / "rec")
     meta = pipeline.write_tfrecords(folder, out, num_shards=3, shuffle=False, progress=False)
@@ -172,6 +173,7 @@ def test_zero_byte_source_file_keeps_every_good_record(tmp_path):
         list(pipeline.from_tfrecords(out, image_size=(4, 4), shuffle=False))
 
 
+@pytest.mark.stack  # the decoders' or Keras' behaviour, by stack
 def test_corrupt_shard_is_loud(folder, tmp_path):
     out = str(tmp_path / "cs")
     pipeline.write_tfrecords(folder, out, num_shards=2, shuffle=False, progress=False)

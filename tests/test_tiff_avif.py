@@ -22,6 +22,9 @@ from pipeline import decode as decode_lib
 from pipeline import stack
 from conftest import drain
 
+# Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = pytest.mark.stack
+
 H, W = 13, 17
 RNG = np.random.default_rng(1234)
 U8 = RNG.integers(0, 256, (H, W, 4), dtype=np.uint8)

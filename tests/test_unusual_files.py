@@ -11,7 +11,9 @@ import pipeline
 from conftest import SHARED, drain
 
 CASES2 = os.path.join(SHARED, "cases2")
-pytestmark = pytest.mark.skipif(not os.path.isdir(CASES2), reason="needs ../shared/cases2")
+# Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
+pytestmark = [pytest.mark.skipif(not os.path.isdir(CASES2), reason="needs ../shared/cases2"),
+              pytest.mark.stack]
 
 
 def _one(path, **kw):

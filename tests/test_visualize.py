@@ -16,10 +16,6 @@ import pipeline  # noqa: E402
 
 NUM = 12  # 3 classes x 4 images
 
-# Tests the plots, which do not depend on the TensorFlow stack:
-# .ci/run tests them on the current stack only (setup.cfg: one_stack).
-pytestmark = pytest.mark.one_stack
-
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
