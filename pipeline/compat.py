@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import warnings
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -137,7 +138,8 @@ def _spec_of(value) -> tf.TensorSpec:
 
 
 def from_keras_generator(generator, output_signature=None,
-                         steps: Optional[int] = None) -> tf.data.Dataset:
+                         steps: Optional[int] = None, shuffle: bool = False,
+                         seed: Optional[int] = None) -> tf.data.Dataset:
     """A ``fit_generator``-style source -> ``tf.data.Dataset`` (SLOW compat path).
 
     A thin wrapper over ``tf.data.Dataset.from_generator`` with an explicit
@@ -147,20 +149,52 @@ def from_keras_generator(generator, output_signature=None,
     cannot be checkpointed mid-epoch (``pipeline.IteratorCheckpoint`` refuses
     it) nor run on tf.data service workers.
 
-    ``workers``, ``use_multiprocessing`` and ``max_queue_size`` of
-    ``fit_generator`` have no meaning here: ``from_generator`` runs the
-    generator in one thread; the result is prefetched by 1 batch.
+    One pass over the returned dataset is one epoch, and successive passes
+    feed exactly the batches ``model.fit(generator, steps_per_epoch=steps)``
+    feeds in successive epochs (Keras 3's ``EpochIterator``, checked against
+    Keras in the tests):
+
+    * a generator or iterator object: one shared stream; with ``steps`` each
+      epoch takes the next ``steps`` batches (epochs of 3 over 0-8 give
+      ``[0,1,2], [3,4,5], [6,7,8]``); the batch read to infer the signature
+      is fed first, once. Without ``steps`` the first epoch takes everything
+      and later ones are empty. When the stream runs out mid-epoch the epoch
+      is short and a ``UserWarning`` says so, as Keras warns.
+    * a ``keras.utils.PyDataset`` / ``keras.utils.Sequence`` (or any object
+      with ``__getitem__`` and ``__len__``): batch indices continue from
+      epoch to epoch (``steps`` < ``len``: ``[0,1,2], [3,4,5], ...``); an
+      epoch stops at the end of the sequence (shorter, as Keras) and the next
+      starts again at index 0. Without ``steps`` every epoch is indices
+      ``0 .. len-1``. ``on_epoch_begin()`` is called before an epoch's first
+      ``__getitem__`` and ``on_epoch_end()`` after its last, once per epoch.
+      (Keras also calls ``on_epoch_end()`` once when ``fit`` starts, and its
+      prefetching may read the next epoch's first batch before calling it;
+      here the order is strict.) A ``PyDataset`` whose ``num_batches`` is None
+      is endless: indices count on forever and ``steps`` is needed.
+    * a callable (preferred for plain generator functions): each epoch calls
+      it again, taking its first ``steps`` batches.
+
+    ``workers``, ``use_multiprocessing`` and ``max_queue_size`` (of
+    ``fit_generator`` or a ``PyDataset``) have no meaning here:
+    ``from_generator`` runs the source in one thread; the result is prefetched
+    by 1 batch.
 
     Args:
         generator: a callable returning an iterable of ``(x_batch, y_batch)``
-            (or ``(x, y, sample_weight)``, or ``x`` alone) -- preferred, as each
-            epoch calls it again; an iterator/generator object (consumed once:
-            only one epoch); or a ``keras.utils.Sequence`` / ``PyDataset``
-            (indexable, with ``len``), iterated in order each epoch.
+            (or ``(x, y, sample_weight)``, or ``x`` alone); an iterator or
+            generator object; or a ``keras.utils.Sequence`` / ``PyDataset``
+            (indexable, with ``len``).
         output_signature: nested ``tf.TensorSpec`` matching one yield, or None
-            to infer it from the first batch (batch dimension left as None).
-        steps: int or None, stop after this many batches per epoch (the
-            ``steps_per_epoch`` of ``fit_generator``, for endless generators).
+            to infer it from the first batch (batch dimension left as None;
+            for a sequence this reads ``generator[0]`` once more, as Keras
+            does).
+        steps: int or None, batches per epoch (the ``steps_per_epoch`` of
+            ``fit`` / ``fit_generator``).
+        shuffle: bool, for a sequence only: visit the batch indices of each
+            pass over it in a random order, as ``model.fit(pydataset,
+            shuffle=True)`` (Keras' default) does. Default False: in order, as
+            ``model.fit(..., shuffle=False)``.
+        seed: int or None, the seed of that order (numpy ``RandomState``).
 
     Returns:
         ``tf.data.Dataset`` of the yielded structure, dtypes and shapes as in
@@ -168,51 +202,130 @@ def from_keras_generator(generator, output_signature=None,
 
     Raises:
         ValueError: ``generator`` is none of the accepted kinds, ``steps`` < 1,
-            or the first batch is not numeric (when inferring).
+            ``shuffle`` with a source that is not a finite sequence, an
+            endless ``PyDataset`` without ``steps``, or the first batch is not
+            numeric (when inferring).
     """
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ValueError(f"`steps` must be None or an int >= 1. Received: steps={steps!r}")
-    peeked = []          # a one-shot iterator keeps the batch read for inference
-    one_shot = False
-    if hasattr(generator, "__getitem__") and hasattr(generator, "__len__"):
-        seq = generator
-
-        def make():
-            for i in range(len(seq)):
-                yield seq[i]
-            if hasattr(seq, "on_epoch_end"):
-                seq.on_epoch_end()
-    elif callable(generator) and not inspect.isgenerator(generator):
-        make = generator
-    elif hasattr(generator, "__next__"):
-        it = generator
-        one_shot = True
-
-        def make():
-            return itertools.chain(peeked, it)
+    if not isinstance(shuffle, bool):
+        raise ValueError(f"`shuffle` must be a bool. Received: shuffle={shuffle!r}")
+    if hasattr(generator, "__getitem__") and (hasattr(generator, "__len__")
+                                              or hasattr(generator, "num_batches")):
+        make, first = _sequence_epochs(generator, steps, shuffle, seed)
     else:
-        raise ValueError(
-            "`generator` must be a callable returning an iterable, a generator, or a "
-            f"keras Sequence/PyDataset. Received: generator={type(generator).__name__}")
+        if shuffle:
+            raise ValueError(
+                "`shuffle=True` applies to a keras Sequence/PyDataset only (a generator "
+                "is expected to yield shuffled data, as in Keras). Received: "
+                f"shuffle=True with generator={type(generator).__name__}")
+        if callable(generator) and not inspect.isgenerator(generator):
+            def make():
+                batches = generator()
+                return batches if steps is None else itertools.islice(batches, steps)
+
+            def first():
+                return next(iter(generator()))
+        elif hasattr(generator, "__next__"):
+            make, first = _stream_epochs(generator, steps)
+        else:
+            raise ValueError(
+                "`generator` must be a callable returning an iterable, a generator, or a "
+                f"keras Sequence/PyDataset. Received: generator={type(generator).__name__}")
 
     if output_signature is None:
-        first = next(iter(make()))
-        output_signature = tf.nest.map_structure(_spec_of, tuple(first) if isinstance(
-            first, list) else first)
-        if one_shot:
-            peeked.append(first)
+        batch = first()
+        output_signature = tf.nest.map_structure(_spec_of, tuple(batch) if isinstance(
+            batch, list) else batch)
     if isinstance(output_signature, list):
         output_signature = tuple(output_signature)
 
     def gen():
-        batches = make()
-        if steps is not None:
-            batches = itertools.islice(batches, steps)
-        for batch in batches:
+        for batch in make():
             yield tuple(batch) if isinstance(batch, list) else batch
 
     return plan.order(lambda _: (tf.data.Dataset.from_generator(
         gen, output_signature=output_signature), None), prefetch=1)
+
+
+def _ran_out_warning(kind: str, steps: int, got: int) -> None:
+    warnings.warn(
+        f"from_keras_generator: the {kind} ran out of data after {got} of steps={steps} "
+        "batches in this epoch (Keras warns 'Your input ran out of data' and cuts the "
+        "epoch short the same way). Make sure it can give steps * epochs batches.",
+        stacklevel=3)
+
+
+def _stream_epochs(it, steps):
+    """Epochs over one shared iterator; the batch peeked for the signature is
+    fed first, once."""
+    peeked = []
+
+    def first():
+        if not peeked:
+            peeked.append(next(it))
+        return peeked[0]
+
+    def make():
+        got = 0
+        while steps is None or got < steps:
+            if peeked:
+                batch = peeked.pop()
+            else:
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    if steps is not None and got:
+                        _ran_out_warning("generator", steps, got)
+                    return
+            got += 1
+            yield batch
+
+    return make, first
+
+
+def _sequence_epochs(seq, steps, shuffle, seed):
+    """Epochs over a Sequence/PyDataset as Keras 3's EpochIterator walks one:
+    with ``steps``, one pass over the indices is spread over several epochs
+    (a new pass starts when the last index was read); without, each epoch is
+    one pass."""
+    # A PyDataset says its length in ``num_batches`` (None: endless); a plain
+    # Sequence-like object in ``len``.
+    n = seq.num_batches if hasattr(type(seq), "num_batches") else len(seq)
+    if n is None and steps is None:
+        raise ValueError("An endless PyDataset (num_batches=None) needs `steps`. "
+                         f"Received: steps=None with generator={type(seq).__name__}")
+    if n is None and shuffle:
+        raise ValueError("`shuffle=True` needs a PyDataset of known length. Received: "
+                         f"num_batches=None with generator={type(seq).__name__}")
+    rng = np.random.RandomState(seed)
+    state = {"pos": 0, "order": None}
+
+    def index(pos):
+        if n is None or not shuffle:
+            return pos
+        if state["order"] is None:
+            state["order"] = rng.permutation(n)
+        return int(state["order"][pos])
+
+    def make():
+        if steps is None:
+            state["pos"], state["order"] = 0, None
+        if hasattr(seq, "on_epoch_begin"):
+            seq.on_epoch_begin()
+        for got in range(steps if steps is not None else n):
+            if n is not None and state["pos"] >= n:
+                _ran_out_warning("sequence", steps, got)
+                break
+            batch = seq[index(state["pos"])]
+            state["pos"] += 1
+            yield batch
+        if n is not None and state["pos"] >= n:   # the pass is over: next epoch restarts
+            state["pos"], state["order"] = 0, None
+        if hasattr(seq, "on_epoch_end"):
+            seq.on_epoch_end()
+
+    return make, lambda: seq[0]
 
 
 # --- ImageDataGenerator.flow_from_directory ----------------------------------------

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -237,3 +238,158 @@ def test_queue_runner_benchmark_runs_side_by_side(root, tmp_path):
     names = [x["name"] for x in got["results"]]
     assert names == ["tf1_queue_runners", "pipeline_from_paths"]
     assert all(x["images"] >= 12 and x["images_per_sec"] > 0 for x in got["results"])
+
+
+# --- from_keras_generator against what Keras' own model.fit feeds ---------------------
+
+class _Recorder:
+    """A tiny model that records the first value of every batch it is fed
+    (eager, so each training step's input is seen)."""
+
+    def __init__(self):
+        import keras
+        seen = self.seen = []
+
+        class Record(keras.layers.Layer):
+            def call(self, x):
+                if tf.executing_eagerly():
+                    seen.append(int(np.asarray(x)[0, 0]))
+                return x
+
+        self.model = keras.Sequential([keras.Input((1,)), Record(), keras.layers.Dense(1)])
+        self.model.compile(loss="mse", run_eagerly=True)
+
+    def fit(self, data, **kw):
+        self.seen.clear()
+        self.model.fit(data, verbose=0, **kw)
+        return list(self.seen)
+
+
+@pytest.fixture(scope="module")
+def recorder():
+    return _Recorder()
+
+
+def _batch(i):
+    return np.full((2, 1), i, np.float32), np.zeros((2, 1), np.float32)
+
+
+def _counting_generator(n=100):
+    for i in range(n):
+        yield _batch(i)
+
+
+def _py_dataset(n):
+    import keras
+
+    class Counted(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__()
+            self.begins = self.ends = 0
+            self.log = []
+
+        def __len__(self):
+            return n
+
+        def __getitem__(self, i):
+            self.log.append(("get", i))
+            return _batch(i)
+
+        def on_epoch_begin(self):
+            self.begins += 1
+
+        def on_epoch_end(self):
+            self.ends += 1
+            self.log.append(("end", self.ends))
+
+    return Counted()
+
+
+def test_from_keras_generator_object_feeds_what_keras_fit_feeds(recorder):
+    keras_fed = recorder.fit(_counting_generator(), epochs=3, steps_per_epoch=3)
+    assert keras_fed == list(range(9))
+    ds = compat.from_keras_generator(_counting_generator(), steps=3)
+    assert recorder.fit(ds, epochs=3, shuffle=False) == keras_fed
+    ds = compat.from_keras_generator(_counting_generator(), steps=3)
+    assert [[int(x[0, 0]) for x, _ in ds] for _ in range(3)] == [[0, 1, 2], [3, 4, 5],
+                                                                 [6, 7, 8]]
+
+
+@pytest.mark.parametrize("n", [9, 10, 2])
+def test_from_keras_generator_py_dataset_feeds_what_keras_fit_feeds(recorder, n):
+    """steps < len continues through the indices epoch after epoch (len 9:
+    0-8 then 0-2; len 10: the 4th epoch is [9] alone), steps > len gives the
+    whole sequence each epoch; on_epoch_begin/end once per epoch."""
+    theirs = _py_dataset(n)
+    keras_fed = recorder.fit(theirs, epochs=4, steps_per_epoch=3, shuffle=False)
+    ours = _py_dataset(n)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fed = recorder.fit(compat.from_keras_generator(ours, steps=3), epochs=4,
+                           shuffle=False)
+    ran_out = [w for w in caught if "from_keras_generator: the sequence ran out" in str(
+        w.message)]
+    assert len(ran_out) == {9: 0, 10: 1, 2: 4}[n]
+    assert fed == keras_fed
+    assert keras_fed == {9: [0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2],
+                         10: list(range(10)), 2: [0, 1] * 4}[n]
+    assert ours.begins == 4 and theirs.begins == 4
+    # Keras calls on_epoch_end once more, when fit starts; one per epoch here
+    assert ours.ends == 4 and theirs.ends == 5
+
+
+def test_from_keras_generator_py_dataset_on_epoch_end_between_epochs():
+    seq = _py_dataset(5)
+    ds = compat.from_keras_generator(seq, steps=2)
+    seq.log.clear()          # the signature read of seq[0]
+    epochs = [[int(x[0, 0]) for x, _ in ds] for _ in range(4)]
+    assert epochs == [[0, 1], [2, 3], [4], [0, 1]]
+    assert seq.log == [("get", 0), ("get", 1), ("end", 1), ("get", 2), ("get", 3),
+                       ("end", 2), ("get", 4), ("end", 3), ("get", 0), ("get", 1),
+                       ("end", 4)]
+
+
+def test_from_keras_generator_py_dataset_without_steps_each_epoch_whole(recorder):
+    theirs, ours = _py_dataset(4), _py_dataset(4)
+    keras_fed = recorder.fit(theirs, epochs=2, shuffle=False)
+    assert recorder.fit(compat.from_keras_generator(ours), epochs=2, shuffle=False) == keras_fed == [
+        0, 1, 2, 3] * 2
+    assert ours.ends == 2
+
+
+def test_from_keras_generator_shuffle_permutes_each_pass_seeded():
+    seq = _py_dataset(6)
+    ds = compat.from_keras_generator(seq, steps=3, shuffle=True, seed=1)
+    epochs = [[int(x[0, 0]) for x, _ in ds] for _ in range(4)]
+    assert sorted(epochs[0] + epochs[1]) == list(range(6))
+    assert sorted(epochs[2] + epochs[3]) == list(range(6))
+    again = compat.from_keras_generator(_py_dataset(6), steps=3, shuffle=True, seed=1)
+    assert [[int(x[0, 0]) for x, _ in again] for _ in range(4)] == epochs
+    with pytest.raises(ValueError, match="shuffle"):
+        compat.from_keras_generator(_counting_generator(), steps=3, shuffle=True)
+
+
+def test_from_keras_generator_endless_py_dataset_needs_steps():
+    import keras
+
+    class Endless(keras.utils.PyDataset):
+        @property
+        def num_batches(self):
+            return None
+
+        def __getitem__(self, i):
+            return _batch(i)
+
+    ds = compat.from_keras_generator(Endless(), steps=2)
+    assert [[int(x[0, 0]) for x, _ in ds] for _ in range(3)] == [[0, 1], [2, 3], [4, 5]]
+    with pytest.raises(ValueError, match="steps"):
+        compat.from_keras_generator(Endless())
+
+
+def test_from_keras_generator_short_generator_warns_like_keras():
+    ds = compat.from_keras_generator(_counting_generator(4), steps=3)
+    assert [int(x[0, 0]) for x, _ in ds] == [0, 1, 2]
+    with pytest.warns(UserWarning, match="ran out of data after 1 of steps=3"):
+        assert [int(x[0, 0]) for x, _ in ds] == [3]
+    assert [int(x[0, 0]) for x, _ in ds] == []
+
