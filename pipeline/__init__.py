@@ -4,7 +4,7 @@ Public API (reference: ``docs/api.md``, generated from the docstrings; guide: RE
 factories ``from_directory``, ``from_paths``, ``from_manifest``,
 ``from_npy_shards``, ``from_generator``, ``from_tfrecords``;
 ``write_tfrecords``; ``errors``, ``scan``, ``Augment``, ``profile``,
-``show_batch``; ``ImageOptions`` (the image options, documented once).
+``show_batch``, ``class_weights``; ``ImageOptions`` (the image options, documented once).
 
 ``import pipeline`` does not import TensorFlow: each public name loads its
 module (and TensorFlow) the first time it is used, so that
@@ -54,6 +54,7 @@ _EXPORTS = {
     "ErrorBudgetExceeded": "pipeline.guard", "ErrorRecord": "pipeline.guard",
     "errors": "pipeline.guard",
     "ImageOptions": "pipeline.config",
+    "class_weights": "pipeline.balance",
     "ScanReport": "pipeline.report", "scan": "pipeline.report",
     "from_directory": "pipeline.sources", "from_manifest": "pipeline.sources",
     "from_paths": "pipeline.sources", "from_tfrecords": "pipeline.sources",
@@ -75,7 +76,7 @@ __all__ = ["from_directory", "from_paths", "from_manifest", "from_npy_shards",
            "ErrorBudgetExceeded", "ImageOptions", "scan", "ScanReport", "Augment", "profile", "ProfileReport",
            "compat", "distribute_dataset", "run_dispatcher", "run_worker",
            "IteratorCheckpoint", "NotCheckpointableError", "check_checkpointable",
-           "show_batch",
+           "show_batch", "class_weights",
            "__version__"]
 
 

@@ -30,7 +30,9 @@ from typing import Optional, Union
 import tensorflow as tf
 from absl import logging
 
+from pipeline import balance
 from pipeline import cachelock
+from pipeline import checks
 from pipeline import config as config_lib
 from pipeline import decode as decode_lib
 from pipeline import formats
@@ -405,10 +407,27 @@ def cache_file(opts, source) -> str:
     return prefix
 
 
-def _file_plan(idx: index_lib.Index, opts, label_spec, epoch_key=None):
+def sampling_shares(idx: index_lib.Index, opts):
+    """The class probabilities of ``opts.sampling`` for this index, or None.
+
+    Raises:
+        ValueError: files without one int class each, or shares that do not
+            fit the classes (``balance.sampling_shares``).
+    """
+    if opts.sampling is None:
+        return None
+    if idx.labels is None or idx.label_kind != "int":
+        kind = "no labels" if idx.labels is None else f"{idx.label_kind} labels"
+        raise ValueError(f"`sampling` needs one int class per file; these files have {kind}. "
+                         f"{checks.received('sampling', opts.sampling)}")
+    return balance.sampling_shares(opts.sampling, idx.labels, idx.num_classes,
+                                   idx.class_names)
+
+
+def _file_plan(idx: index_lib.Index, opts, label_spec, epoch_key=None, shares=None):
     """Plan elements ``(row, label, pre_error, b"", weight)`` of a path table
-    (``epoch_key``: as for ``plan.rows``)."""
-    rows, expected = plan_lib.rows(len(idx), opts, epoch_key)
+    (``epoch_key``, ``shares``: as for ``plan.rows``)."""
+    rows, expected = plan_lib.rows(len(idx), opts, epoch_key, labels=idx.labels, shares=shares)
     label_dtype, _ = label_spec
     labels = (tf.constant(idx.labels, label_dtype) if idx.labels is not None
               and opts.label_mode is not None else None)
@@ -482,6 +501,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
                         "they are raised when met", len(bad), n,
                         "; ".join(f"{p}: {e}" for p, e in bad[:3]))
     paths = idx.paths if idx is not None else []
+    shares = sampling_shares(idx, opts) if idx is not None else None
     decoder, stages = make_stages(source, opts)
     note = decoder.fallback_note(idx.paths) if idx is not None else ""
     if note:  # the slow path is never silent (decode.Decoder._fallback logs the rest)
@@ -525,7 +545,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         """The plan (sharded, shuffled), numbered for the guard, with its seeds and
         an end-of-epoch sentinel (``guard.chunked``); remote contents fetched."""
         if records is None:
-            plan, expected = _file_plan(idx, opts, label_spec, epoch_key)
+            plan, expected = _file_plan(idx, opts, label_spec, epoch_key, shares)
             label0 = tf.zeros([], label_spec[0]) if not has_labels or idx.label_kind != "vector" \
                 else tf.zeros([idx.labels.shape[1]], tf.float32)
         else:
@@ -638,7 +658,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             return ds.apply(distribute.service_transformation(opts))
 
     ds = plan_lib.order(
-        elements, seed=opts.seed, keyed=opts.shuffle or stages.augment_here,
+        elements, seed=opts.seed, keyed=opts.shuffle or stages.augment_here or opts.sampling is not None,
         # Order is kept in the map (the gap check needs it); `deterministic` applies to
         # the other stages through tf.data.Options.
         map=plan_lib.Map(element, opts.parallelism, deterministic=True),

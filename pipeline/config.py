@@ -79,6 +79,24 @@ class ImageOptions:
             lower-case name for one in capitals).
         batch_size: int (default 32), or None for unbatched elements. With
             ``input_context``, the global batch size.
+        sampling: None (default: every file once per epoch), "balanced", or
+            a dict ``{class: share}`` (class index or class name -> a number
+            >= 0; the shares are normalized to sum 1; every class with files
+            needs one, 0 leaves a class out). Each epoch then draws as many
+            elements as there are files (this input pipeline's share), each
+            from class ``c`` with probability ``share[c]`` ("balanced": every
+            class with files equally likely), out of per-class streams that
+            are each shuffled and repeated
+            (``tf.data.Dataset.sample_from_datasets``): **a balanced epoch
+            repeats files of small classes and leaves out some files of large
+            ones** (each class stream runs through all its files before
+            repeating one). The draws follow ``seed`` (the same seed, the same
+            epochs) and resume with iterator checkpoints; ``shuffle`` does not
+            apply (the draws are random). One class per file (int labels),
+            path sources only (``from_directory``, ``from_paths``,
+            ``from_manifest``), not with ``cache`` or ``service``. The
+            validation subset is never resampled. For a loss weighting
+            instead, see ``pipeline.class_weights`` (use one or the other).
         shuffle: bool (default True): the path list is reshuffled every epoch
             before decoding (memory does not grow with the dataset); with a
             cache, the first epoch's paths are shuffled and cached elements
@@ -194,6 +212,7 @@ class ImageOptions:
     resize: str = "stretch"
     interpolation: str = "bilinear"
     batch_size: Optional[int] = 32
+    sampling: Any = None
     shuffle: bool = True
     seed: Optional[int] = None
     validation_split: Optional[float] = None
@@ -260,9 +279,12 @@ class ImageOptions:
 
     def for_subset(self, subset: Optional[str]) -> "ImageOptions":
         """The options one subset is built with: the validation subset is not
-        augmented unless ``augment_validation`` asks for it."""
-        if subset == "validation" and not self.augment_validation:
-            return dataclasses.replace(self, augment=None)
+        augmented unless ``augment_validation`` asks for it, and never
+        resampled (``sampling``)."""
+        if subset == "validation":  # never augmented (unless asked) nor resampled
+            return dataclasses.replace(
+                self, augment=self.augment if self.augment_validation else None,
+                sampling=None)
         return self
 
 
@@ -353,6 +375,57 @@ def check_cache(cache):
         raise ValueError(f"The folder of the cache file does not exist: {folder!r}. "
                          f"Create it first. {checks.received('cache', cache)}")
     return cache
+
+
+def check_sampling(sampling):
+    """``sampling``: None, "balanced", or a dict ``{class index or name: share}``
+    with finite shares >= 0 (see ``ImageOptions.sampling``).
+
+    Raises:
+        ValueError: another value, naming it.
+    """
+    if sampling is None:
+        return None
+    if isinstance(sampling, str):
+        return checks.check_choice("sampling", sampling, ("balanced",))
+    if not isinstance(sampling, dict) or not sampling:
+        raise ValueError("`sampling` must be None, 'balanced' or a non-empty dict "
+                         f"{{class: share}}. {checks.received('sampling', sampling)}")
+    fixed = {}
+    for key, value in sampling.items():
+        if isinstance(key, (bool, np.bool_)) or not isinstance(key, (numbers.Integral, str)):
+            raise ValueError("`sampling` keys must be class indices (int) or class names "
+                             f"(str). {checks.received('sampling', sampling)} (the key {key!r})")
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not (
+                np.isfinite(float(value)) and value >= 0):
+            raise ValueError("`sampling` shares must be finite numbers >= 0. "
+                             f"{checks.received('sampling', sampling)} (the value {value!r} "
+                             f"of {key!r})")
+        fixed[key if isinstance(key, str) else int(key)] = float(value)
+    return fixed
+
+
+def _check_sampling_use(factory: str, o: dict) -> None:
+    """Where ``sampling`` can apply (the per-class streams are rows of a path table)."""
+    r = checks.received
+    if o["sampling"] is None:
+        return
+    if factory in NO_SPLIT_FACTORIES:
+        raise ValueError(f"`sampling` draws from the rows of a path table; {factory} reads "
+                         "records in sequence. Resample with from_paths / from_manifest. "
+                         f"{r('sampling', o['sampling'])}")
+    if o["label_mode"] not in ONE_CLASS_LABEL_MODES or o["label_mode"] is None:
+        raise ValueError("`sampling` needs one class per file (label_mode 'int', "
+                         "'categorical' or 'binary'). "
+                         f"{r('sampling', o['sampling'])}, label_mode={o['label_mode']!r}")
+    if o["cache"] is not None:
+        raise ValueError("`sampling` cannot be used with `cache`: a cache holds one epoch's "
+                         "elements and would replay the first epoch's draw. "
+                         f"{r('sampling', o['sampling'])}, cache={o['cache']!r}")
+    if o["service"]:
+        raise ValueError("`sampling` cannot be used with `service` (the tf.data service "
+                         "splits the rows between its workers). "
+                         f"{r('sampling', o['sampling'])}, service={o['service']!r}")
 
 
 def _check_normalize(norm):
@@ -611,6 +684,8 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
     if aug is not None:
         aug.check_options(o["channels"], o["image_size"])
     _check_mask_options(o)
+    o["sampling"] = check_sampling(o["sampling"])
+    _check_sampling_use(factory, o)
     det = o["deterministic"]
     if det is not None and not isinstance(det, (bool, np.bool_)):
         raise ValueError(f"`deterministic` must be None or a bool. {r('deterministic', det)}")

@@ -108,8 +108,10 @@ def _shuffle(ds, buffer_size, opts, key, which: int):
     return ds.shuffle(buffer_size, seed=key[which], reshuffle_each_iteration=False)
 
 
-def rows(n: int, opts, key=None) -> Tuple[tf.data.Dataset, Optional[int]]:
-    """This input pipeline's rows of an n-row table, sharded then shuffled.
+def rows(n: int, opts, key=None, labels=None,
+         shares=None) -> Tuple[tf.data.Dataset, Optional[int]]:
+    """This input pipeline's rows of an n-row table, sharded then shuffled
+    (or, with ``shares``, resampled by class: ``sampled_rows``).
 
     Args:
         n: rows in the table.
@@ -118,6 +120,9 @@ def rows(n: int, opts, key=None) -> Tuple[tf.data.Dataset, Optional[int]]:
             epoch's int64 [2] key (``epoch_keys``): the order is a function
             of the key alone (what makes a restored iterator continue as an
             unbroken run).
+        labels: int class index per row (with ``shares``).
+        shares: None, or float [num_classes] class probabilities
+            (``balance.sampling_shares``) for ``opts.sampling``.
 
     Returns:
         (dataset of int64 scalar rows, the number of rows per epoch, or None
@@ -128,6 +133,11 @@ def rows(n: int, opts, key=None) -> Tuple[tf.data.Dataset, Optional[int]]:
     if k > 1 and n < k:
         logging.warning("pipeline: %d files < %d input pipelines: input pipeline %d gets %s",
                         n, k, i, "no elements" if m == 0 else "1 element")
+    if shares is not None:
+        if key is None:
+            return epoch_keys(opts.seed).flat_map(graph_fn(
+                lambda key: sampled_rows(n, opts, key, labels, shares))), m
+        return sampled_rows(n, opts, key, labels, shares), m
     ds = tf.data.Dataset.range(i, n, k)
     expected = m
     if opts.service and opts.processing_mode == "file":
@@ -150,6 +160,39 @@ def rows(n: int, opts, key=None) -> Tuple[tf.data.Dataset, Optional[int]]:
     if opts.service and opts.processing_mode != "off":
         expected = None  # the service splits the plan between its workers
     return ds, expected
+
+
+def sampled_rows(n: int, opts, key, labels, shares) -> tf.data.Dataset:
+    """One resampled epoch of this input pipeline's rows (``opts.sampling``).
+
+    As many rows as the pipeline's share of the table, each drawn from class
+    ``c`` with probability ``shares[c]`` (renormalized over the classes this
+    share holds), out of per-class streams of that class's rows, each
+    shuffled and repeated (every row of a class once before any repeats):
+    ``tf.data.Dataset.sample_from_datasets``. Every seed comes from the
+    epoch's int64 [2] ``key``, so an epoch is a function of the key alone.
+    """
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    k, i = opts.num_pipelines, opts.pipeline_id
+    mine = np.arange(i, n, k, dtype=np.int64)
+    lab = np.asarray(labels)[mine]
+    streams, weights = [], []
+    for c, share in enumerate(shares):
+        rows_c = mine[lab == c]
+        if share <= 0 or not len(rows_c):
+            continue
+        # Distinct stateless-style op seeds per class, all drawn from the epoch key.
+        seed = tf.bitwise.bitwise_xor(key[0], tf.constant(0x9E3779B97F4A7C15 * (c + 1)
+                                                          % 2 ** 63, tf.int64))
+        streams.append(tf.data.Dataset.from_tensor_slices(rows_c).shuffle(
+            len(rows_c), seed=seed, reshuffle_each_iteration=True).repeat())
+        weights.append(float(share))
+    if not streams:  # this pipeline's share holds no row of a drawn class
+        return tf.data.Dataset.range(0)
+    total = sum(weights)
+    return tf.data.Dataset.sample_from_datasets(
+        streams, weights=[w / total for w in weights], seed=key[1],
+        stop_on_empty_dataset=False).take(len(mine))
 
 
 def records(files: Sequence[str], counts: Sequence[int], opts, reader: Callable,
