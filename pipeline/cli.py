@@ -65,7 +65,8 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action):
         text = action.help or ""
         if action.option_strings and action.default is not argparse.SUPPRESS \
-                and "[default:" not in text and action.help is not argparse.SUPPRESS:
+                and "[default:" not in text and action.help is not argparse.SUPPRESS \
+                and not isinstance(action, argparse._StoreTrueAction):  # --version: an act
             default = action.default
             default = ",".join(map(str, default)) if isinstance(default, (list, tuple)) \
                 else default
@@ -259,7 +260,8 @@ def _normalize(argv: Sequence[str]) -> List[str]:
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     """``argv`` (``argv[0]`` the program) parsed; a usage error raises ``_ParseError``."""
     parser = build_parser()
-    argv = _normalize(list(argv[1:]))
+    raw = list(argv[1:])
+    argv = _normalize(raw)
     command = next((a for a in argv if a in COMMANDS), None)
     if command and {"-h", "--help"} & set(argv[:argv.index(command)]):
         argv = [command, "--help"]  # `--help CMD` is `CMD --help`
@@ -267,22 +269,90 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         args, rest = parser.parse_known_args(argv)
     except _ParseError as e:
         if e.command is None and str(e).startswith("unknown command"):
-            raise _ParseError(None, f"{e}. Received: {shlex.join(argv)}") from None
+            raise _ParseError(None, f"{e}. Received: {shlex.join(raw)}") from None
         raise
     if args.version:
         import pipeline  # pylint: disable=import-outside-toplevel
         print(f"{pipeline.DISTRIBUTION} {pipeline.__version__}")
         sys.exit(0)
     if rest:
-        flags_ = [a[2:].split("=")[0] for a in rest if a.startswith("--")]
-        owners = {f: [n for n in COMMANDS if f in command_flags(n)] for f in flags_}
-        raise _ParseError(args.command, f"unrecognized arguments: {shlex.join(rest)}" + "".join(
-            f" (--{f} is a flag of {', '.join(o)})" for f, o in owners.items() if o))
+        raise _ParseError(args.command, _unrecognized(args.command, rest))
     if args.command is None:
         raise _ParseError(None, f"expected a command, one of {', '.join(COMMANDS)}. Received: "
                                 + (shlex.join(argv) or "none"))
     args.given = {a.split("=")[0].lstrip("-") for a in argv if a.startswith("-")}
+    args.typed = typed_flags(raw, _BOOLS.get(args.command, set()))
     return args
+
+
+def _unrecognized(command: Optional[str], rest: Sequence[str]) -> str:
+    """"unrecognized arguments: ..." with, for each unknown flag, the command that has it
+    or the closest flag of this command (``difflib``, as the Python API's keywords:
+    ``checks.unknown_keywords``)."""
+    own = command_flags(command) if command else ["version", "help", "helpfull"]
+    spellings = own + [f"no{b}" for b in _BOOLS.get(command, ())]
+    notes = []
+    for a in rest:
+        if not a.startswith("--"):
+            continue
+        f = a[2:].split("=")[0]
+        owners = [n for n in COMMANDS if f in command_flags(n)]
+        if owners:
+            notes.append(f" (--{f} is a flag of {', '.join(owners)})")
+            continue
+        close = difflib.get_close_matches(f, spellings, n=1, cutoff=0.6)
+        if close:
+            notes.append(f" (--{f}: did you mean --{close[0]}?)")
+            continue
+        others = {g: n for n in COMMANDS if n != command for g in command_flags(n)}
+        close = difflib.get_close_matches(f, list(others), n=1, cutoff=0.6)
+        if close:
+            notes.append(f" (--{f}: did you mean --{close[0]}, a flag of {others[close[0]]}?)")
+    return f"unrecognized arguments: {shlex.join(rest)}" + "".join(notes)
+
+
+def typed_flags(argv: Sequence[str], bools=()) -> Dict[str, str]:
+    """The value of each valued flag of ``argv`` (without the program) as the user
+    typed it: ``-epochs=+3`` and ``--epochs +3`` give ``{"epochs": "+3"}``; the last
+    one given wins, as in absl. Booleans print as typed already (``--name`` /
+    ``--noname``)."""
+    typed = {}
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        if not a.startswith("-") or a in ("-", "-h", "--help"):
+            continue
+        name, eq, value = a.lstrip("-").partition("=")
+        if not name or name in bools or (name.startswith("no") and name[2:] in bools):
+            continue
+        if eq:
+            typed[name] = value
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            typed[name] = argv[i + 1]
+    return typed
+
+
+def as_typed(message: str, typed: Dict[str, str], values: Dict[str, object]) -> str:
+    """``message`` with each ``--name=VALUE`` after "Received: " showing the number the
+    user typed (``typed``, from ``typed_flags``) where the library printed the parsed
+    one (``values``): ``--epochs=+0``, not ``--epochs=0``. Strings keep their quotes
+    (``--on_error='ignore'``); the flag's name is always ``--name=``."""
+    head, said, tail = message.rpartition("Received: ")
+    if not said:
+        return message
+    for name, text in typed.items():
+        value = values.get(name, _MISSING)
+        if value is _MISSING or isinstance(value, (str, bool)) or value is None:
+            continue
+        for shown in dict.fromkeys([repr(value), str(value)]):
+            pattern = rf"(?<![\w-])--{re.escape(name)}={re.escape(shown)}(?![\w.])"
+            tail, n = re.subn(pattern, lambda _: f"--{name}={text}", tail, count=1)
+            if n:
+                break
+    return head + said + tail
+
+
+_MISSING = object()
 
 
 def user_names(command_name: str, message: str, flag_names: Sequence[str] = ()) -> str:
@@ -468,7 +538,9 @@ def main(args: argparse.Namespace) -> int:
                 service_args.release_port()
     except (ValueError, OSError) as e:
         service_args.release_port()
-        return _error(name, user_names(name, str(e)))
+        values = {k: getattr(args, k) for k in getattr(args, "typed", {}) if hasattr(args, k)}
+        return _error(name, as_typed(user_names(name, str(e)), getattr(args, "typed", {}),
+                                     values))
 
 
 def _parse_or_exit(argv: List[str]) -> argparse.Namespace:

@@ -1795,3 +1795,37 @@ def test_cuda_factory_registration_lines_are_dropped_and_doctor_says_what_shows(
                     "cuFFT/cuDNN/cuBLAS factory' errors; 2.21: its start-up lines); pipeline's "
                     "own import of it (python -m pipeline, or a public name used first) drops "
                     "2.16's and shows 2.21's once")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["bench", "--epoch=1"], "unrecognized arguments: --epoch=1 (--epoch: did you mean --epochs?)"),
+    (["bench", "--batchsize", "8"], "(--batchsize: did you mean --batch_size?)"),
+    (["bench", "--noprogres"], "(--noprogres: did you mean --noprogress?)"),
+    (["scan", "x", "--on_eror=skip"], "(--on_eror: did you mean --on_error, a flag of convert?)"),
+    (["--verison"], "(--verison: did you mean --version?)"),
+])
+def test_a_misspelt_flag_gets_did_you_mean(argv, says):
+    with pytest.raises(cli._ParseError) as e:
+        cli.parse(["pipeline"] + argv)
+    assert says in str(e.value)
+
+
+def test_received_echoes_a_checked_flags_number_as_typed():
+    typed = cli.typed_flags(["bench", "-epochs=+0", "--seed", "07", "--noplan",
+                             "--max_spread=1", "--max_spread=0"], {"plan"})
+    assert typed == {"epochs": "+0", "seed": "07", "max_spread": "0"}
+    message = "--epochs must be an integer >= 1. Received: --epochs=0, --seed=7, --noplan"
+    assert cli.as_typed(message, typed, {"epochs": 0, "seed": 7}) == (
+        "--epochs must be an integer >= 1. Received: --epochs=+0, --seed=07, --noplan")
+    # --epochs=10 is not --epochs=1's prefix; strings keep their quotes
+    assert cli.as_typed("Received: --epochs=10", {"epochs": "01"}, {"epochs": 1}) == \
+        "Received: --epochs=10"
+    assert cli.as_typed("Received: --on_error='x'", {"on_error": "x"}, {"on_error": "x"}) == \
+        "Received: --on_error='x'"
+    code, _, err = run_cli("bench", "-epochs=+0")
+    assert code == 2 and err.splitlines()[0].endswith("Received: --epochs=+0"), err
+
+
+def test_version_help_has_no_default():
+    line = next(l for l in cli.main_help().splitlines() if "--version" in l)
+    assert "default" not in line and "print the version" in line
