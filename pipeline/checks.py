@@ -32,6 +32,10 @@ DEFAULT_MAX_PIXELS = 178_956_970
 JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")
 MANIFEST_EXTENSIONS = (".csv", ".tsv") + JSONL_EXTENSIONS
 
+# How to read a folder without class sub-folders, in the library's error (the command
+# line, which has no `labels`, says its own: ``cli.NO_CLASS_HINTS``).
+NO_CLASS_HINT = "To read its images without labels, pass `labels=None`."
+
 
 def is_manifest(path) -> bool:
     """True when ``path`` names a file with a manifest extension (.csv, .tsv, .jsonl, .json)."""
@@ -300,6 +304,38 @@ def check_folder(name: str, path: str) -> None:
         raise ValueError(f"`{name}`: {what} ({why}). {given}")
 
 
+def not_found_hint(path: str) -> str:
+    """What helps with a local ``path`` that does not exist: the working directory a
+    relative path was looked up in, and the closest existing name for its first
+    missing part (``difflib.get_close_matches``), e.g. " (looked up in the working
+    directory '/home/me'; did you mean 'photos/train'?)". "" for a URI."""
+    if "://" in path:
+        return ""
+    notes = []
+    if not os.path.isabs(path):
+        notes.append(f"looked up in the working directory {os.getcwd()!r}")
+    parts = os.path.normpath(path).split(os.sep)
+    base = os.sep if os.path.isabs(path) else ""
+    for i, part in enumerate(parts):
+        here = os.path.join(base, *parts[:i]) if i or base else "."
+        candidate = os.path.join(here, part) if i or base else part
+        if os.path.lexists(candidate):
+            continue
+        try:
+            names = [n for n in os.listdir(here) if not n.startswith(".")]
+        except OSError:
+            break
+        close = difflib.get_close_matches(part, names, n=1, cutoff=0.6)
+        if not close and part.lower() in {n.lower() for n in names}:
+            close = [next(n for n in names if n.lower() == part.lower())]
+        if close:
+            guess = os.path.join(*(parts[:i] + [close[0]] + parts[i + 1:])) if not base else \
+                os.path.join(base, *parts[:i], close[0], *parts[i + 1:])
+            notes.append(f"did you mean {guess!r}?")
+        break
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 def check_source(name: str, path: str, manifest_ok: bool = True) -> None:
     """Checks that the local ``path`` (the argument ``name``) is a folder, or with
     ``manifest_ok`` a manifest (``is_manifest``). A URI ("://") is its file system's.
@@ -310,7 +346,7 @@ def check_source(name: str, path: str, manifest_ok: bool = True) -> None:
     if "://" in path:
         return
     if not os.path.exists(path):
-        raise ValueError(f"`{name}` does not exist: {path!r}")
+        raise ValueError(f"`{name}` does not exist: {path!r}{not_found_hint(path)}")
     if not (os.path.isdir(path) or (manifest_ok and is_manifest(path))):
         raise ValueError(
             f"`{name}` must be " + ("a folder or a manifest (.csv / .jsonl; .tsv / .json too)"

@@ -119,6 +119,12 @@ ARG_NAMES = {
     "scan": {"directory": "SOURCE", "source": "SOURCE", "manifest": "SOURCE"},
     "convert": {"directory": "SRC", "source": "SRC", "manifest": "SRC", "output_dir": "OUT"},
 }
+# The command line's words for the library's hint on a folder without class sub-folders.
+NO_CLASS_HINTS = {
+    "convert": "Put its images in class sub-folders, or list them in a manifest (.csv / "
+               ".jsonl) with their labels.",
+    "bench": "Put its images in class sub-folders (--data_dir reads one class per folder).",
+}
 EPILOGS = {
     "bench": "Exit status: 0 every candidate ran, 1 a candidate failed, 2 a usage error.",
     "scan": "Exit status: 0 every file decodes, 1 bad files found, 2 a usage error.",
@@ -365,6 +371,8 @@ def user_names(command_name: str, message: str, flag_names: Sequence[str] = ()) 
     "Received: ", a boolean flag's ``=True`` / ``=False`` is ``--name`` / ``--noname`` and
     a flag's ``=None`` is "no --name".
     """
+    message = message.replace(checks.NO_CLASS_HINT, NO_CLASS_HINTS.get(
+        command_name, checks.NO_CLASS_HINT))
     names = {f: f"--{f}" for f in (flag_names or command_flags(command_name))}
     names.update(ARG_NAMES.get(command_name, {}))
     for py in sorted(names, key=len, reverse=True):

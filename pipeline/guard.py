@@ -42,6 +42,11 @@ RECORDER_OP_NAME = "pipeline_skip_recorder"
 DIAGNOSE_OP_NAME = "pipeline_diagnose"
 CHUNK = 64
 SENTINEL = "\x00end-of-epoch"
+# Ends a bad file's error with on_error="raise": how to skip, how to list them all first
+# (no quotes: TensorFlow escapes them in an assertion's message).
+RAISE_HINT = (". To skip bad files instead (each is recorded in pipeline.errors(ds)), pass "
+              "on_error=skip; to list every bad file before training, run "
+              "pipeline.scan(SOURCE) or python -m pipeline scan SOURCE")
 
 ErrorRecord = collections.namedtuple("ErrorRecord", ["path", "reason"])
 ErrorRecord.__doc__ = """A skipped file: ``path`` (str, as indexed) and ``reason`` (str), e.g.
@@ -475,7 +480,8 @@ def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[i
                 else:
                     i = int(np.argmin(bad_pos))
                     k, why = key[i], reason[i]
-                return b"pipeline: cannot load file " + name_b(k) + b" (" + why + b")"
+                return (b"pipeline: cannot load file " + name_b(k) + b" (" + why + b")"
+                        + RAISE_HINT.encode())
             count = int(np.sum(missing)) if np.any(missing > 0) else 0
             exceeded = _record(error_log, source, lost_keys, count,
                                [k for k, b in zip(key.tolist(), bad) if b],
@@ -592,12 +598,12 @@ def rare_path_graph(opts, error_log: ErrorLog, source: Source, expected: Optiona
                 def lost_msg():
                     k = lost_keys[tf.argmin(lost_pos)]
                     return tf.strings.join(["pipeline: cannot load file ", source.name(k), " (",
-                                            why(k), ")"])
+                                            why(k), ")", RAISE_HINT])
 
                 def bad_msg():
                     i = tf.argmin(tf.where(bad, pos, big))
                     return tf.strings.join(["pipeline: cannot load file ", source.name(key[i]),
-                                            " (", reason[i], ")"])
+                                            " (", reason[i], ")", RAISE_HINT])
 
                 msg = tf.cond(first_lost < first_bad, lost_msg, bad_msg)
                 with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):

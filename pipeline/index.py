@@ -317,7 +317,8 @@ def _index_directory(directory, labels="inferred", class_names=None,
         if read.exists(directory):
             raise ValueError(f"`directory` is not a folder. Received: directory={directory!r}")
         raise FileNotFoundError(f"`directory` does not exist: {directory!r}"
-                                + (" (check the URI and its credentials)" if remote else ""))
+                                + (" (check the URI and its credentials)" if remote else
+                                   checks.not_found_hint(directory)))
     class_names = checks.check_class_names(class_names)
     paths: List[str] = []
     errors: Dict[int, str] = {}
@@ -340,9 +341,11 @@ def _index_directory(directory, labels="inferred", class_names=None,
                        if not is_dir and not read.is_hidden(n)
                        and n.lower().endswith(formats.IMAGE_EXTENSIONS)]
         if not subdirs:
+            held = (f" ({len(in_no_class)} image file(s) lie directly in it)" if in_no_class
+                    else "")
             raise ValueError(
                 "`directory` needs class sub-folders (a file's class is the name of its "
-                "sub-folder), but it has none. Received: "
+                f"sub-folder), but it has none{held}. {checks.NO_CLASS_HINT} Received: "
                 f"directory={directory!r}")
         if class_names is not None:
             missing = [c for c in class_names if c not in subdirs]

@@ -13,6 +13,7 @@ import tensorflow as tf
 from PIL import Image
 
 import pipeline
+from pipeline.guard import RAISE_HINT
 from io_helpers import png_claiming
 from conftest import flatten, index_values, solid
 
@@ -382,7 +383,7 @@ def test_a_truncated_jpeg_is_decoded_once_in_an_epoch(tmp_path, on_error):
     else:
         assert proc.stdout.splitlines() == [
             f"InvalidArgumentError pipeline: cannot load file {trunc} (truncated JPEG "
-            "(no end-of-image marker))]"], proc.stdout
+            f"(no end-of-image marker)){RAISE_HINT}]"], proc.stdout
 
 
 def test_a_bad_file_is_diagnosed_once_however_many_epochs(mixed, monkeypatch):

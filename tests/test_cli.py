@@ -513,7 +513,7 @@ def test_usage_errors_name_what_the_user_typed(tmp_path):
     notes = str(tmp_path / "notes.txt")
     either = "a folder or a manifest (.csv / .jsonl; .tsv / .json too)"
     cases = [
-        (("scan", nope), f"SOURCE does not exist: {nope!r}"),
+        (("scan", nope), f"SOURCE does not exist: {nope!r}"),  # absolute: no cwd
         (("scan", str(tmp_path / "empty")),
          f"No image files found in SOURCE. Received: SOURCE={str(tmp_path / 'empty')!r}"),
         (("scan", notes),
@@ -522,7 +522,9 @@ def test_usage_errors_name_what_the_user_typed(tmp_path):
         (("convert", nope, str(tmp_path / "o1")), f"SRC does not exist: {nope!r}"),
         (("convert", str(tmp_path / "flat"), str(tmp_path / "o2")),
          "SRC needs class sub-folders (a file's class is the name of its sub-folder), but it "
-         f"has none. Received: SRC={str(tmp_path / 'flat')!r}"),
+         "has none (1 image file(s) lie directly in it). Put its images in class sub-folders, "
+         "or list them in a manifest (.csv / .jsonl) with their labels. "
+         f"Received: SRC={str(tmp_path / 'flat')!r}"),
         (("convert", str(src), str(tmp_path / "o3"), "--seed=-1"),
          "--seed must be an int in [0, 2**63) or None. Received: --seed=-1"),
         (("convert", str(src), str(tmp_path / "o4"), "--label_columns=y", "--root=/tmp"),
@@ -995,12 +997,15 @@ def test_usage_errors_that_argv_settles_come_before_tensorflow_loads():
          "pipeline convert: error: --path_column, --root apply to a manifest SRC (.csv / .jsonl) "
          "only; SRC is not one. Received: SRC='a.txt'"),
         # item 5: what the local file system settles comes before TensorFlow too
-        (["scan", "nope/"], "pipeline scan: error: SOURCE does not exist: 'nope/'"),
-        (["bench", "--data_dir=nope"], "pipeline bench: error: --data_dir does not exist: 'nope'"),
+        (["scan", "nope/"], "pipeline scan: error: SOURCE does not exist: 'nope/' (looked up "
+                            f"in the working directory {REPO!r})"),
+        (["bench", "--data_dir=nope"], "pipeline bench: error: --data_dir does not exist: "
+                                       f"'nope' (looked up in the working directory {REPO!r})"),
         (["bench", "--data_dir=README.md"], "pipeline bench: error: --data_dir must be a "
                                             "folder; 'README.md' is a file. "
                                             "Received: --data_dir='README.md'"),
-        (["convert", "nope/", "out"], "pipeline convert: error: SRC does not exist: 'nope/'"),
+        (["convert", "nope/", "out"], "pipeline convert: error: SRC does not exist: 'nope/' "
+                                      f"(looked up in the working directory {REPO!r})"),
         (["scan", "setup.cfg"], "pipeline scan: error: SOURCE must be a folder or a manifest "
                                 "(.csv / .jsonl; .tsv / .json too); 'setup.cfg' is a file that "
                                 "is neither. Received: SOURCE='setup.cfg'"),

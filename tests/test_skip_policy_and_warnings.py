@@ -10,6 +10,7 @@ from absl import logging as absl_logging
 from PIL import Image
 
 import pipeline
+from pipeline.guard import RAISE_HINT
 from pipeline import decode as decode_lib
 from pipeline import formats
 from conftest import index_values, solid
@@ -246,7 +247,8 @@ def test_not_an_image_reason_shows_its_first_bytes(tmp_path):
         ds = pipeline.from_paths([path], image_size=(4, 4), batch_size=None)
         with pytest.raises(tf.errors.InvalidArgumentError) as e:
             list(ds)
-        assert f"assertion failed: [pipeline: cannot load file {path} ({reason})]" in \
+        assert f"assertion failed: [pipeline: cannot load file {path} ({reason}){RAISE_HINT}]" \
+            in \
             e.value.message
         assert "\\'" not in e.value.message and '\\"' not in e.value.message
 
