@@ -85,9 +85,8 @@ def _labels_of(source) -> np.ndarray:
     idx = None
     if isinstance(source, index_lib.Index):
         idx = source
-    elif hasattr(source, "pipeline_built"):
-        from pipeline import assemble  # pylint: disable=import-outside-toplevel
-        b = assemble.built(source)
+    elif hasattr(getattr(source, "pipeline_built", None), "options"):
+        b = source.pipeline_built  # assemble.Built: what the dataset was built from
         idx = b.index
         if idx is None:
             raise ValueError(

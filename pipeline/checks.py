@@ -308,7 +308,7 @@ def not_found_hint(path: str) -> str:
     """What helps with a local ``path`` that does not exist: the working directory a
     relative path was looked up in, and the closest existing name for its first
     missing part (``difflib.get_close_matches``), e.g. " (looked up in the working
-    directory '/home/me'; did you mean 'photos/train'?)". "" for a URI."""
+    directory '...'; did you mean 'photos/train'?)". "" for a URI."""
     if "://" in path:
         return ""
     notes = []

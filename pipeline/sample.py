@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from typing import Tuple
 
 import numpy as np
 
-__all__ = ["cache_root", "data_dir_label", "default_data_dir", "ensure_sample", "make_image"]
+__all__ = ["cache_root", "data_dir_label", "default_data_dir", "ensure_sample", "make_image",
+           "sample_note"]
 
 SAMPLE_VERSION = 1
 
@@ -142,6 +144,31 @@ def default_data_dir(data_dir: str | None = None, num_images: int = 256,
     if found and os.path.isdir(found):
         return found
     return ensure_sample(num_images, num_classes)
+
+
+def folder_bytes(folder: str) -> Tuple[int, int]:
+    """(files, bytes) of the regular files under ``folder``."""
+    files = size = 0
+    for dirpath, _, names in os.walk(folder):
+        for n in names:
+            try:
+                size += os.stat(os.path.join(dirpath, n)).st_size
+                files += 1
+            except OSError:
+                pass
+    return files, size
+
+
+def sample_note(folder: str) -> str:
+    """The line ``bench`` prints before using the built-in sample: where it is written
+    (``cache_root()``, moved by ``$PIPELINE_CACHE``), how big it is, and that it is
+    written once and reused, e.g. "built-in sample: 512 generated JPEGs, 9.4 MB, in
+    ~/.cache/pipeline/sample-v1-n512-c4-s0 (written once, reused; set
+    $PIPELINE_CACHE to put it elsewhere, delete the folder to free the space)"."""
+    files, size = folder_bytes(folder)
+    return (f"built-in sample: {files} generated JPEGs, {size / 1e6:.1f} MB, in {folder} "
+            "(written once, reused; set $PIPELINE_CACHE to put it elsewhere, delete the "
+            "folder to free the space)")
 
 
 def data_dir_label(path: str) -> str:

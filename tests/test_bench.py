@@ -1,5 +1,7 @@
 """pipeline.benchmarking.bench: bench's checks, in the library's names, before any work."""
 
+import os
+
 import pytest
 
 from pipeline.benchmarking import bench, harness
@@ -59,3 +61,15 @@ def test_check_runs_the_capacity_plans_and_the_paths_checks_first(tmp_path, monk
         bench.check(profile=True, profile_dir=str(tmp_path / "f" / "trace"))
     with pytest.raises(ValueError, match=r"^batch_size=64 with 3 images is one batch"):
         bench.check(sample_images=3)  # the generated sample, before it is generated
+
+
+def test_bench_says_where_the_built_in_sample_is_and_how_big(tmp_path):
+    from pipeline import sample
+    folder = sample.ensure_sample(5, 2, root=str(tmp_path))
+    files, size = sample.folder_bytes(folder)
+    assert files == 5 and size == sum(
+        os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs)
+    note = sample.sample_note(folder)
+    assert note == (f"built-in sample: 5 generated JPEGs, {size / 1e6:.1f} MB, in {folder} "
+                    "(written once, reused; set $PIPELINE_CACHE to put it elsewhere, delete "
+                    "the folder to free the space)")

@@ -48,3 +48,16 @@ def test_python_dash_m_pipeline_version():
                           text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout == f"tf-image-pipeline {pipeline.__version__}\n"
+
+
+def test_docs_say_how_to_tell_this_pipeline_from_the_other_one():
+    """The import name is shared with another distribution named `pipeline`; the package
+    is not on the index, so nothing tells users to pip install it from there."""
+    install = open(os.path.join(ROOT, "docs", "install.md"), encoding="utf-8").read()
+    assert "pipeline.__file__" in install and "--version" in install
+    assert f"prints: {pipeline.DISTRIBUTION}" in install
+    for name in ("README.md", os.path.join("docs", "install.md"),
+                 os.path.join("docs", "object-storage.md")):
+        text = open(os.path.join(ROOT, name), encoding="utf-8").read()
+        assert "pip install tf-image-pipeline" not in text, name
+        assert "pip install 'tf-image-pipeline" not in text, name

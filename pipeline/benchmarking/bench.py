@@ -267,6 +267,8 @@ def run(data_dir: Optional[str] = None, *, image_size=(224, 224), batch_size: in
                               names if not (plan or profile) else ["pipeline"])["image_size"]
     folder = sample.default_data_dir(data_dir, num_images=sample_images, shared=False)
     idx = index.index_directory(folder)  # a missing data_dir: the error comes first, alone
+    if not data_dir and not os.environ.get(sample.DATA_DIR_ENV):
+        print(sample.sample_note(folder), flush=True)
     if not profile:
         check_timed(batch_size, len(idx), data_dir, sample_images)
     logging.info("pipeline bench: data in %s", folder)
