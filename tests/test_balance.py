@@ -191,3 +191,18 @@ def test_sampling_resumes_from_an_iterator_checkpoint(root, tmp_path):
 def test_sampling_bad_values_are_named(root, kw, match):
     with pytest.raises(ValueError, match=match):
         _make(root, **kw)
+
+
+def test_sampling_on_a_path_list_and_per_input_pipeline(root):
+    paths = sorted(os.path.join(dp, f) for dp, _, fs in os.walk(root) for f in fs)
+    labels = [_class_of(int(os.path.basename(p)[:3])) for p in paths]
+    ds = pipeline.from_paths(paths, labels=labels, image_size=(8, 8), batch_size=None,
+                             sampling="balanced", seed=1)
+    epoch = _epochs(ds, 1)[0]
+    assert len(epoch) == N and all(_class_of(v) == y for v, y in epoch)
+    for i in range(2):  # rows are files in class then path order: row r holds value r
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=i)
+        part = _make(root, sampling="balanced", seed=1, input_context=ctx)
+        e = _epochs(part, 1)[0]
+        assert len(e) == N // 2
+        assert {v for v, _ in e} <= {v for v in range(N) if v % 2 == i}   # its share only

@@ -393,3 +393,25 @@ def test_from_keras_generator_short_generator_warns_like_keras():
         assert [int(x[0, 0]) for x, _ in ds] == [3]
     assert [int(x[0, 0]) for x, _ in ds] == []
 
+
+
+def test_from_keras_generator_plain_sequence_and_iterator_continue_across_epochs():
+    class OldSequence:  # keras 2 style: no base class, on_epoch_end only
+        ends = 0
+
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return _batch(i)
+
+        def on_epoch_end(self):
+            OldSequence.ends += 1
+
+    seq = OldSequence()
+    ds = compat.from_keras_generator(seq, steps=2)
+    assert [[int(x[0, 0]) for x, _ in ds] for _ in range(4)] == [[0, 1], [2, 3], [4], [0, 1]]
+    assert OldSequence.ends == 4
+    it = iter([_batch(i) for i in range(5)])
+    ds = compat.from_keras_generator(it, steps=2)
+    assert [[int(x[0, 0]) for x, _ in ds] for _ in range(2)] == [[0, 1], [2, 3]]
