@@ -161,6 +161,7 @@ def test_validation_subset_is_never_resampled(root):
     assert all(len(e) == N - 4 for e in _epochs(train, 2))
 
 
+@pytest.mark.stack  # iterator checkpoints of sample_from_datasets: TensorFlow's, by version
 def test_sampling_resumes_from_an_iterator_checkpoint(root, tmp_path):
     def make():
         return _make(root, sampling="balanced", seed=9).repeat(2)
