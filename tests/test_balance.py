@@ -61,13 +61,33 @@ def test_class_weights_balanced_rule_by_hand(root):
     assert pipeline.class_weights(["x"] * 12 + ["y"] * 3 + ["z"]) == pytest.approx(BALANCED)
 
 
-def test_class_weights_match_sklearn():
-    sk = pytest.importorskip("sklearn.utils.class_weight")
-    labels = np.array([0] * 7 + [1] * 2 + [3] * 5)
-    want = sk.compute_class_weight("balanced", classes=np.unique(labels), y=labels)
-    got = pipeline.class_weights(labels)
+# scikit-learn 1.9.1's compute_class_weight("balanced", classes=np.unique(y), y=y) for
+# this y (seen once, outside the test environment, which has no scikit-learn)
+SKLEARN_Y = [0] * 7 + [1] * 2 + [3] * 5
+SKLEARN_WEIGHTS = [0.6666666666666666, 2.3333333333333335, 0.9333333333333333]
+
+
+def test_class_weights_match_sklearn_numbers():
+    got = pipeline.class_weights(SKLEARN_Y)
     assert list(got) == [0, 1, 3]
-    assert list(got.values()) == pytest.approx(list(want))
+    assert list(got.values()) == pytest.approx(SKLEARN_WEIGHTS, rel=1e-12)
+
+
+def test_class_weights_match_installed_sklearn():
+    sk = pytest.importorskip("sklearn.utils.class_weight")
+    labels = np.array(SKLEARN_Y)
+    want = sk.compute_class_weight("balanced", classes=np.unique(labels), y=labels)
+    assert list(pipeline.class_weights(labels).values()) == pytest.approx(list(want))
+
+
+def test_class_weights_feed_keras_fit(root):
+    import keras
+    ds = pipeline.from_directory(root, image_size=(8, 8), batch_size=4)
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(3)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(ds, epochs=1, verbose=0, class_weight=pipeline.class_weights(ds))
+    assert np.isfinite(history.history["loss"][0])
 
 
 def test_class_weights_absent_class_gets_no_entry():
