@@ -407,7 +407,7 @@ def cache_file(opts, source) -> str:
     return prefix
 
 
-def sampling_shares(idx: index_lib.Index, opts):
+def sampling_shares(idx: index_lib.Index, opts, num_classes: int):
     """The class probabilities of ``opts.sampling`` for this index, or None.
 
     Raises:
@@ -420,8 +420,7 @@ def sampling_shares(idx: index_lib.Index, opts):
         kind = "no labels" if idx.labels is None else f"{idx.label_kind} labels"
         raise ValueError(f"`sampling` needs one int class per file; these files have {kind}. "
                          f"{checks.received('sampling', opts.sampling)}")
-    return balance.sampling_shares(opts.sampling, idx.labels, idx.num_classes,
-                                   idx.class_names)
+    return balance.sampling_shares(opts.sampling, idx.labels, num_classes, idx.class_names)
 
 
 def _file_plan(idx: index_lib.Index, opts, label_spec, epoch_key=None, shares=None):
@@ -501,7 +500,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
                         "they are raised when met", len(bad), n,
                         "; ".join(f"{p}: {e}" for p, e in bad[:3]))
     paths = idx.paths if idx is not None else []
-    shares = sampling_shares(idx, opts) if idx is not None else None
+    shares = sampling_shares(idx, opts, num_classes) if idx is not None else None
     decoder, stages = make_stages(source, opts)
     note = decoder.fallback_note(idx.paths) if idx is not None else ""
     if note:  # the slow path is never silent (decode.Decoder._fallback logs the rest)

@@ -16,6 +16,7 @@ import numbers
 from typing import Dict, Optional, Sequence
 
 import numpy as np
+from absl import logging
 
 from pipeline import checks
 
@@ -167,9 +168,13 @@ def sampling_shares(sampling, labels: np.ndarray, num_classes: int,
         num_classes: the number of classes.
         class_names: names for str keys and messages.
 
+    A class given a share but without files here (an empty folder, or a
+    class whose files all went to the validation subset) is logged and left
+    out; the other classes' shares are renormalized.
+
     Raises:
         ValueError: a key that is no class, a class with files but no share,
-            a share for a class without files, or all shares 0.
+            or all shares 0 among the classes with files.
     """
     counts = np.bincount(labels, minlength=num_classes)
     names = list(class_names or [])
@@ -177,7 +182,7 @@ def sampling_shares(sampling, labels: np.ndarray, num_classes: int,
         shares = (counts > 0).astype(np.float64)
         return shares / shares.sum()
     shares = np.zeros(num_classes, np.float64)
-    given = set()
+    given, empty = set(), []
     for key, value in sampling.items():
         if isinstance(key, str):
             if key not in names:
@@ -190,8 +195,8 @@ def sampling_shares(sampling, labels: np.ndarray, num_classes: int,
                 raise ValueError(f"`sampling` names class index {c}; there are {num_classes} "
                                  f"classes. {checks.received('sampling', sampling)}")
         if value > 0 and counts[c] == 0:
-            raise ValueError(f"`sampling` gives class {names[c] if names else c!r} a share, "
-                             f"but it has no files here. {checks.received('sampling', sampling)}")
+            empty.append(names[c] if names else c)
+            value = 0.0
         shares[c] = value
         given.add(c)
     missing = [names[c] if names else int(c) for c in np.flatnonzero(counts) if c not in given]
@@ -199,6 +204,9 @@ def sampling_shares(sampling, labels: np.ndarray, num_classes: int,
         raise ValueError(
             f"`sampling` gives no share to class(es) {missing}, which have files: give each "
             f"a share (0 leaves a class out on purpose). {checks.received('sampling', sampling)}")
+    if empty:  # e.g. a class whose few files all went to the validation subset
+        logging.warning("pipeline: sampling: class(es) %s have a share but no files here "
+                        "(this subset); the other classes share their draws", empty)
     if shares.sum() <= 0:
         raise ValueError(f"`sampling` shares sum to 0: no class would be drawn. "
                          f"{checks.received('sampling', sampling)}")

@@ -141,7 +141,7 @@ def test_class_weights_multi_label_manifest_is_refused(tmp_path, root):
 def test_balanced_epochs_have_n_elements_and_equal_classes(root):
     ds = _make(root, sampling="balanced", seed=11)
     epochs = _epochs(ds, 12)
-    assert all(len(e) == N for e in epochs)
+    assert len(ds) == N and all(len(e) == N for e in epochs)
     counts = collections.Counter(_class_of(v) for e in epochs for v, _ in e)
     # 192 draws, each class 1/3: 64 expected, binomial sd 6.5
     assert all(40 <= counts[c] <= 88 for c in range(3)), counts
@@ -168,6 +168,16 @@ def test_sampling_shares_by_index_and_by_name(root):
     assert counts[2] == 0 and counts[1] > counts[0] > 0, counts
     by_name = _epochs(_make(root, sampling={"a": 1, "b": 3, "c": 0}, seed=2), 6)
     assert by_name == by_index
+
+
+def test_a_share_for_a_class_without_files_is_logged_and_left_out(caplog):
+    from pipeline import balance
+    labels = np.array([0, 0, 1])
+    with caplog.at_level("WARNING"):
+        shares = balance.sampling_shares({"a": 1, "b": 1, "c": 2}, labels, 3, ["a", "b", "c"])
+    assert shares.tolist() == [0.5, 0.5, 0.0]
+    assert "class(es) ['c'] have a share but no files here" in caplog.text
+    assert balance.sampling_shares("balanced", labels, 3).tolist() == [0.5, 0.5, 0.0]
 
 
 def test_validation_subset_is_never_resampled(root):
