@@ -339,20 +339,23 @@ def typed_flags(argv: Sequence[str], bools=()) -> Dict[str, str]:
 
 
 def as_typed(message: str, typed: Dict[str, str], values: Dict[str, object]) -> str:
-    """``message`` with each ``--name=VALUE`` after "Received: " showing the number the
-    user typed (``typed``, from ``typed_flags``) where the library printed the parsed
-    one (``values``): ``--epochs=+0``, not ``--epochs=0``. Strings keep their quotes
-    (``--on_error='ignore'``); the flag's name is always ``--name=``."""
+    """``message`` with each ``--name=VALUE`` after "Received: " showing the value as the
+    user typed it (``typed``, from ``typed_flags``) where the library printed the parsed
+    value (``values``): ``--epochs=+0``, not ``--epochs=0``; ``--on_error=ignore``, not
+    ``--on_error='ignore'`` (a value the shell would split is quoted as the shell needs:
+    ``--data_dir='my photos'``). The flag's name is always ``--name=``; booleans print
+    as ``--name`` / ``--noname`` already (``user_names``)."""
     head, said, tail = message.rpartition("Received: ")
     if not said:
         return message
     for name, text in typed.items():
         value = values.get(name, _MISSING)
-        if value is _MISSING or isinstance(value, (str, bool)) or value is None:
+        if value is _MISSING or isinstance(value, bool) or value is None:
             continue
-        for shown in dict.fromkeys([repr(value), str(value)]):
-            pattern = rf"(?<![\w-])--{re.escape(name)}={re.escape(shown)}(?![\w.])"
-            tail, n = re.subn(pattern, lambda _: f"--{name}={text}", tail, count=1)
+        shown = [repr(value), str(value)] if not isinstance(value, str) else [repr(value)]
+        for printed in dict.fromkeys(shown):
+            pattern = rf"(?<![\w-])--{re.escape(name)}={re.escape(printed)}(?![\w.])"
+            tail, n = re.subn(pattern, lambda _: f"--{name}={shlex.quote(text)}", tail, count=1)
             if n:
                 break
     return head + said + tail

@@ -592,7 +592,7 @@ def test_a_tiny_bench_is_a_usage_error_not_nan(tmp_path, monkeypatch):
         "CPU-second): nothing would be timed, and a figure needs at least 2 timed batches per "
         "epoch. What works: a --data_dir with at least 129 images (the fewest for "
         "--batch_size=64), or --batch_size=1 or smaller. Received: --batch_size=64, "
-        f"--data_dir={str(tmp_path / 'd')!r}")
+        f"--data_dir={tmp_path / 'd'}")
     assert not re.search(r"\bnan\b", (out + err).lower())
     # one timed batch per epoch (4 images, --batch_size=2: the second batch only)
     code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=2",
@@ -803,16 +803,16 @@ def test_output_flags_are_checked_first_naming_the_flag(tmp_path):
     under_file = str(tmp_path / "file" / "sub")
     cases = [
         (("doctor", f"--json_out={missing}"),
-         f"--json_out: folder {folder!r} does not exist. Received: --json_out={missing!r}"),
+         f"--json_out: folder {folder!r} does not exist. Received: --json_out={missing}"),
         (("bench", f"--json_out={missing}"),
-         f"--json_out: folder {folder!r} does not exist. Received: --json_out={missing!r}"),
+         f"--json_out: folder {folder!r} does not exist. Received: --json_out={missing}"),
         (("scan", str(tmp_path / "src"), f"--json_out={missing}"),
-         f"--json_out: folder {folder!r} does not exist. Received: --json_out={missing!r}"),
+         f"--json_out: folder {folder!r} does not exist. Received: --json_out={missing}"),
         (("doctor", f"--json_out={tmp_path}"),
-         f"--json_out is a folder, not a file. Received: --json_out={str(tmp_path)!r}"),
+         f"--json_out is a folder, not a file. Received: --json_out={tmp_path}"),
         (("bench", f"--profile_dir={under_file}", "--profile"),
          f"--profile_dir: cannot create folder {under_file!r}: "
-         f"{str(tmp_path / 'file')!r} is a file. Received: --profile_dir={under_file!r}"),
+         f"{str(tmp_path / 'file')!r} is a file. Received: --profile_dir={under_file}"),
         (("convert", str(tmp_path / "src"), under_file),
          f"OUT: cannot create folder {under_file!r}: {str(tmp_path / 'file')!r} is a file. "
          f"Received: OUT={under_file!r}"),
@@ -1003,7 +1003,7 @@ def test_usage_errors_that_argv_settles_come_before_tensorflow_loads():
                                        f"'nope' (looked up in the working directory {REPO!r})"),
         (["bench", "--data_dir=README.md"], "pipeline bench: error: --data_dir must be a "
                                             "folder; 'README.md' is a file. "
-                                            "Received: --data_dir='README.md'"),
+                                            "Received: --data_dir=README.md"),
         (["convert", "nope/", "out"], "pipeline convert: error: SRC does not exist: 'nope/' "
                                       f"(looked up in the working directory {REPO!r})"),
         (["scan", "setup.cfg"], "pipeline scan: error: SOURCE must be a folder or a manifest "
@@ -1090,16 +1090,16 @@ def test_output_paths_that_exist_but_cannot_be_written_are_usage_errors_first(tm
     cases = [
         (["scan", src, "--json_out=/proc/x.json"],
          r"pipeline scan: error: --json_out: cannot write '/proc/x\.json' \(.+\)\. "
-         r"Received: --json_out='/proc/x\.json'"),
+         r"Received: --json_out=/proc/x\.json"),
         (["doctor", "--json_out=/proc/x.json"],
          r"pipeline doctor: error: --json_out: cannot write '/proc/x\.json' \(.+\)\. "
-         r"Received: --json_out='/proc/x\.json'"),
+         r"Received: --json_out=/proc/x\.json"),
         (["bench", "--json_out=/sys/x.json"],
          r"pipeline bench: error: --json_out: cannot write '/sys/x\.json' \(.+\)\. "
-         r"Received: --json_out='/sys/x\.json'"),
+         r"Received: --json_out=/sys/x\.json"),
         (["bench", "--profile", "--profile_dir=/sys/prof"],
          r"pipeline bench: error: --profile_dir: cannot create folder '/sys/prof' in '/sys' "
-         r"\(.+\)\. Received: --profile_dir='/sys/prof'"),
+         r"\(.+\)\. Received: --profile_dir=/sys/prof"),
         (["convert", src, "/proc/shards"],
          r"pipeline convert: error: OUT: cannot create folder '/proc/shards' in '/proc' "
          r"\(.+\)\. Received: OUT='/proc/shards'"),
@@ -1108,11 +1108,11 @@ def test_output_paths_that_exist_but_cannot_be_written_are_usage_errors_first(tm
          r"Received: OUT='/proc'"),
         (["scan", src, f"--json_out={jpg}/x.json"],
          re.escape(f"pipeline scan: error: --json_out: {jpg!r} is a file, not a folder: "
-                   f"cannot write '{jpg}/x.json' in it. Received: --json_out='{jpg}/x.json'")),
+                   f"cannot write '{jpg}/x.json' in it. Received: --json_out={jpg}/x.json")),
         (["doctor", f"--json_out={jpg}/a/x.json"],
          re.escape(f"pipeline doctor: error: --json_out: {jpg!r} is a file, not a folder: "
                    f"cannot write '{jpg}/a/x.json' in it. Received: "
-                   f"--json_out='{jpg}/a/x.json'")),
+                   f"--json_out={jpg}/a/x.json")),
     ]
     before = sorted(os.listdir(tmp_path))
     got = _usage_errors([a for a, _ in cases])
@@ -1717,7 +1717,7 @@ def test_a_flag_value_of_the_wrong_type_is_said_in_the_clis_words():
     # TensorFlow loads, in its words
     assert _usage_errors([["bench", "--on_error=ignore"]]) == [[
         2, "pipeline bench: error: --on_error must be one of ['raise', 'skip']. "
-           "Received: --on_error='ignore'", True]]
+           "Received: --on_error=ignore", True]]
 
 
 def test_seed_range_is_the_librarys_except_where_a_32_bit_consumer_takes_it():
@@ -1822,11 +1822,13 @@ def test_received_echoes_a_checked_flags_number_as_typed():
     message = "--epochs must be an integer >= 1. Received: --epochs=0, --seed=7, --noplan"
     assert cli.as_typed(message, typed, {"epochs": 0, "seed": 7}) == (
         "--epochs must be an integer >= 1. Received: --epochs=+0, --seed=07, --noplan")
-    # --epochs=10 is not --epochs=1's prefix; strings keep their quotes
+    # --epochs=10 is not --epochs=1's prefix
     assert cli.as_typed("Received: --epochs=10", {"epochs": "01"}, {"epochs": 1}) == \
         "Received: --epochs=10"
     assert cli.as_typed("Received: --on_error='x'", {"on_error": "x"}, {"on_error": "x"}) == \
-        "Received: --on_error='x'"
+        "Received: --on_error=x"           # as typed in the shell: no quotes
+    assert cli.as_typed("Received: --data_dir='my photos'", {"data_dir": "my photos"},
+                        {"data_dir": "my photos"}) == "Received: --data_dir='my photos'"
     code, _, err = run_cli("bench", "-epochs=+0")
     assert code == 2 and err.splitlines()[0].endswith("Received: --epochs=+0"), err
 

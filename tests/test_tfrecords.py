@@ -302,7 +302,7 @@ def test_convert_cli_on_error(folder, tmp_path):
     assert "header claims 6x5 pixels > max_pixels=29" in err
     code, _, err = run_cli("convert", folder, str(tmp_path / "y"), "--on_error=ignore")
     assert code == 2 and ("--on_error must be one of ['raise', 'skip']. "
-                          "Received: --on_error='ignore'") in err
+                          "Received: --on_error=ignore") in err
 
 
 class _Records:
