@@ -237,3 +237,37 @@ def test_sampling_on_a_path_list_and_per_input_pipeline(root):
         e = _epochs(part, 1)[0]
         assert len(e) == N // 2
         assert {v for v, _ in e} <= {v for v in range(N) if v % 2 == i}   # its share only
+
+
+_RESUME = """
+import json, os, sys
+import pipeline
+ds = pipeline.from_directory({root!r}, image_size=(8, 8), batch_size=4, sampling="balanced",
+                             seed=21)
+cb = pipeline.IteratorCheckpoint(ds, {ckdir!r})
+if {stop}:
+    seen = [int(v) for _ in range({stop}) for v in next(cb.iterator)[0][:, 0, 0, 0].numpy()]
+    cb.save()
+else:
+    cb.restore()
+    seen = [int(v) for x, _ in cb.iterator for v in x[:, 0, 0, 0].numpy()]
+print(json.dumps(seen)); sys.stdout.flush(); os._exit(0)
+"""
+
+
+@pytest.mark.stack  # iterator checkpoints across processes: TensorFlow's, by version
+def test_sampling_resumes_in_a_new_process_with_iterator_checkpoint(root, tmp_path):
+    """Process A draws 2 batches and saves; process B restores and finishes the epoch:
+    together they are the unbroken epoch of the same seed."""
+    import json
+    from tests._scale_helpers import run_py
+    unbroken = [int(v) for x, _ in pipeline.from_directory(
+        root, image_size=(8, 8), batch_size=4, sampling="balanced", seed=21)
+        for v in x[:, 0, 0, 0].numpy()]
+    ckdir = str(tmp_path / "ck")
+    parts = []
+    for stop in (2, 0):
+        proc = run_py(_RESUME.format(root=root, ckdir=ckdir, stop=stop), timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        parts.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert len(parts[0]) == 8 and parts[0] + parts[1] == unbroken
