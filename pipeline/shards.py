@@ -19,6 +19,7 @@ import inspect
 import json
 import math
 import os
+import re
 from typing import Callable, List, Optional, Sequence, Set
 
 import numpy as np
@@ -211,6 +212,76 @@ def check_files(idx: index_lib.Index, on_error: str, max_pixels: Optional[int] =
     return (idx.subset(good) if records else idx), records
 
 
+# Beam's runner names (apache_beam.runners.runner), as write_tfrecords(beam_runner=) takes them;
+# a runner class's dotted path ("package.module.MyRunner") is taken too.
+BEAM_RUNNERS = ("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner", "PrismRunner",
+                "PortableRunner", "FnApiRunner", "BundleBasedDirectRunner",
+                "SwitchingDirectRunner")
+_BEAM_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+BEAM_OPTIONS_FORMS = ("a comma-separated 'key=value,key=value' string (e.g. "
+                      "'direct_running_mode=multi_processing,direct_num_workers=2') or a list "
+                      "of '--flag=value' / '--flag' strings (e.g. ['--project=my-project', "
+                      "'--experiments=a,b'])")
+
+
+def check_beam(beam_runner, beam_options):
+    """Validates ``write_tfrecords``' ``beam_runner`` and ``beam_options``; needs no Beam.
+
+    Returns:
+        (the runner name or None, the options as a list of ``--flag[=value]`` strings).
+
+    Raises:
+        ValueError: ``beam_runner`` not None, one of ``BEAM_RUNNERS`` or a dotted class
+            path; ``beam_options`` malformed (an empty item, an item without ``=``, a
+            key that is not an identifier, a ``runner`` key: give it as ``beam_runner``)
+            or given without ``beam_runner`` (each names the value and the accepted
+            forms).
+    """
+    if beam_runner is None:
+        if beam_options not in (None, "", []):
+            raise ValueError("`beam_options` is only used with `beam_runner` (e.g. "
+                             "beam_runner='DirectRunner'). "
+                             f"{checks.received('beam_options', beam_options)}")
+        return None, []
+    if not isinstance(beam_runner, str) or not (
+            beam_runner in BEAM_RUNNERS or _DOTTED.fullmatch(beam_runner)):
+        raise ValueError(f"`beam_runner` must be one of {', '.join(BEAM_RUNNERS)} or a runner "
+                         "class's dotted path (e.g. 'my_package.runners.MyRunner'). "
+                         f"{checks.received('beam_runner', beam_runner)}")
+    if beam_options is None:
+        return beam_runner, []
+    if isinstance(beam_options, str):
+        items = [x.strip() for x in beam_options.split(",")] if beam_options.strip() else []
+        flags = []
+        for item in items:
+            key, eq, _ = item.partition("=")
+            if not eq or not _BEAM_KEY.fullmatch(key.strip()):
+                raise ValueError(
+                    f"`beam_options` item {item!r} is not key=value with an identifier key; "
+                    f"`beam_options` is {BEAM_OPTIONS_FORMS}. "
+                    f"{checks.received('beam_options', beam_options)}")
+            flags.append("--" + key.strip() + "=" + item.partition("=")[2])
+    elif isinstance(beam_options, (list, tuple)):
+        flags = list(beam_options)
+        for item in flags:
+            key = item[2:].partition("=")[0] if isinstance(item, str) else ""
+            if not (isinstance(item, str) and item.startswith("--")
+                    and _BEAM_KEY.fullmatch(key)):
+                raise ValueError(
+                    f"`beam_options` item {item!r} is not '--flag=value' or '--flag'; "
+                    f"`beam_options` is {BEAM_OPTIONS_FORMS}. "
+                    f"{checks.received('beam_options', beam_options)}")
+    else:
+        raise ValueError(f"`beam_options` must be {BEAM_OPTIONS_FORMS}. "
+                         f"{checks.received('beam_options', beam_options)}")
+    for item in flags:
+        if item[2:].partition("=")[0] == "runner":
+            raise ValueError("`beam_options` must not hold the runner: give it as "
+                             f"`beam_runner`. {checks.received('beam_options', beam_options)}")
+    return beam_runner, flags
+
+
 # The indexers' keywords that write_tfrecords(**index_kw) passes on.
 INDEX_KEYWORDS = tuple(sorted({
     name for fn in (index_lib.index_directory, index_lib.index_paths, manifest_lib.index_manifest)
@@ -231,7 +302,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                     shuffle: bool = True, seed: int = 0, progress: bool = True,
                     num_workers: Optional[int] = None, on_error: Optional[str] = None,
                     max_pixels: Optional[int] = None, max_resolution: Optional[int] = None,
-                    jpeg_quality: int = DEFAULT_JPEG_QUALITY, **index_kw) -> dict:
+                    jpeg_quality: int = DEFAULT_JPEG_QUALITY,
+                    beam_runner: Optional[str] = None, beam_options=None, **index_kw) -> dict:
     """Writes encoded images and their labels to TFRecord shards + a JSON sidecar.
 
     Each record is a ``tf.train.Example`` with features ``image`` (the file's
@@ -298,13 +370,34 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             An alpha channel is dropped (stored as RGB).
         jpeg_quality: int in [1, 100], the re-encode's JPEG quality (default
             90); used only with ``max_resolution``.
+        beam_runner: None (default: this process writes, a thread per shard), or a
+            Beam runner (``BEAM_RUNNERS``: "DirectRunner", "DataflowRunner",
+            "FlinkRunner", "SparkRunner", ..., or a runner class's dotted path): the
+            conversion runs as an Apache Beam pipeline (``pipeline.beam_write``; needs
+            ``pip install '.[beam]'``) and writes the same shards and the same
+            ``dataset.json`` as this process would (each row's shard and place by the
+            same seeded order; the same encoder, ``encode_row``). A rerun into the same
+            ``output_dir`` keeps the shards already complete (their counts and
+            SHA-256 checked against ``dataset.json`` or the per-shard entries of an
+            unfinished run) and writes only the others; each shard is written under a
+            temporary name and renamed once complete. With ``on_error``, the check
+            runs on the workers and bad files reach ``skipped`` through a tagged
+            side output.
+        beam_options: None, a comma-separated ``"key=value,key=value"`` string or a
+            list of ``"--flag=value"`` / ``"--flag"`` strings: Beam's
+            ``PipelineOptions`` (e.g. ``"direct_running_mode=multi_processing,
+            direct_num_workers=2"``; use the list form for a value holding a comma).
+            Only with ``beam_runner``.
         **index_kw: passed to the indexer (e.g. ``class_names``, ``labels``,
             or the manifest options ``path_column``, ``label_columns``, ``root``).
 
     Returns:
         dict, the sidecar written to ``output_dir/dataset.json``: ``class_names``,
         ``label_kind`` ("int", "float", "vector" or None), ``num_examples``,
-        ``shards`` (list of {"file", "num_examples"}), ``formats``, ``has_exif``;
+        ``shards`` (list of {"file", "num_examples", "sha256", "formats",
+        "has_exif"}, + "reencoded" with ``max_resolution``, "mask_formats" with
+        masks), ``formats``, ``has_exif``, ``plan_sha256`` (``plan_sha256``: the
+        rows and options converted);
         with ``max_resolution``, ``max_resolution``, ``jpeg_quality`` and
         ``reencoded`` (the number of images re-encoded); with ``on_error``, ``skipped``: list of {"path", "reason"} of the bad
         files left out ([] when none).
@@ -312,8 +405,11 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     Raises:
         TypeError: an unknown keyword argument (the message names it and the
             closest valid name).
-        ValueError: a bad argument (named, with the value received);
-            ``output_dir`` is a file, or already holds shards or a ``dataset.json``; or
+        ValueError: a bad argument (named, with the value received; ``beam_runner``
+            not a known runner, ``beam_options`` malformed or naming an option Beam
+            does not know, ``num_workers`` with ``beam_runner``);
+            ``output_dir`` is a file, or already holds shards or a ``dataset.json``
+            (with ``beam_runner``: of another conversion, or not resumable); or
             ``output_dir`` is the folder ``source`` or inside it
             (``checks.check_output_outside``: the shards would become part of the
             folder; checked before anything is read or written).
@@ -321,6 +417,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             ``on_error="skip"`` (the message names the manifest line).
         BadFilesError: with ``on_error="raise"``, a bad file (every bad file
             is listed; nothing is written); with ``"skip"``, no good file.
+        ImportError: ``beam_runner`` without apache-beam installed (says
+            ``pip install '.[beam]'``).
     """
     if num_shards is not None:
         num_shards = checks.check_int("num_shards", num_shards)
@@ -331,13 +429,29 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     if max_pixels is not None:
         max_pixels = checks.check_int("max_pixels", max_pixels)
     max_resolution, jpeg_quality = check_resolution(max_resolution, jpeg_quality)
+    beam_runner, beam_flags = check_beam(beam_runner, beam_options)
+    if beam_runner is not None and num_workers is not None:
+        raise ValueError("`num_workers` is the single-process writer's thread count; with "
+                         "`beam_runner` the runner decides the workers (e.g. beam_options="
+                         "'direct_num_workers=4' or Dataflow's 'max_num_workers=100'). "
+                         f"{checks.received('num_workers', num_workers)}")
     output_dir = os.fspath(output_dir)
     checks.check_output_outside(output_dir, source)
     if read.exists(output_dir) and not read.isdir(output_dir):
         raise ValueError(f"`output_dir` must be a folder (new or existing); {output_dir!r} is "
                          f"a file. {checks.received('output_dir', output_dir)}")
+    if beam_runner is not None:
+        from pipeline import beam_write  # pylint: disable=import-outside-toplevel
+        beam_write.require_beam()
     idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
     read.ensure_filesystem(output_dir, in_graph=True)
+    plan_options = dict(shuffle=shuffle, seed=seed, num_shards=num_shards, on_error=on_error,
+                        max_pixels=max_pixels, max_resolution=max_resolution,
+                        jpeg_quality=jpeg_quality)
+    plan = plan_sha256(idx, **plan_options)
+    if beam_runner is not None:
+        return beam_write.write(idx, output_dir, plan, beam_runner, beam_flags,
+                                progress=progress, **plan_options)
     try:
         listing = tf.io.gfile.listdir(output_dir)
     except tf.errors.NotFoundError:  # a new folder (object stores have no empty "folders")
@@ -353,14 +467,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         idx, skipped = check_files(idx, on_error, max_pixels=max_pixels, progress=progress)
     n = len(idx)
     order = row_order(n, seed) if shuffle else np.arange(n)
-    if num_shards is None:
-        total = int(idx.sizes().clip(0).sum())
-        num_shards = max(1, math.ceil(total / TARGET_SHARD_BYTES))
-    if num_shards > n:
-        logging.warning("%s", fewer_shards_message(num_shards, n, len(skipped)))
-        num_shards = n
+    num_shards = shard_count(num_shards, n, idx.sizes, len(skipped))
     tf.io.gfile.makedirs(output_dir)
-    kind = idx.label_kind
     workers = num_workers or min(num_shards, 2 * checks.cpu_count())
     names = [SHARD_PATTERN.format(k, num_shards) for k in range(num_shards)]
 
@@ -372,67 +480,65 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     from tqdm.auto import tqdm
     bar = tqdm(total=n, unit="img", desc="write_tfrecords", disable=not progress)
 
-    mask_fmts = collections.Counter()
-
     def write_shard(k):
-        fmt_counts, exif, changed = collections.Counter(), False, 0
         rows = order[k::num_shards].tolist()
-        with tf.io.TFRecordWriter(read.join(output_dir, names[k])) as writer:
-            for i in rows:
-                path = idx.paths[i]
-                contents, error = read.try_read(path)
-                head = contents[:4096]
-                fmt = formats.sniff_bytes(head)
-                has_exif = fmt == "jpeg" and b"Exif\x00\x00" in head
-                if not error:
-                    if not contents:
-                        error = "empty file (0 bytes)"
-                    elif i in idx.errors:
-                        error = idx.errors[i]
-                    elif fmt is None:
-                        error = formats.describe_start(head)
-                if reencode is not None and not error:
-                    try:
-                        out, new = reencode(tf.constant(contents))
-                    except tf.errors.OpError:  # corrupt: stored as it is; the reader names it
-                        new = False
-                    if bool(new):
-                        contents, fmt, has_exif = out.numpy(), "jpeg", False
-                        changed += 1
-                fmt_counts[fmt or "unknown"] += 1
-                exif = exif or has_exif
-                feats = {
-                    "image": _feature_bytes(contents),
-                    "path": _feature_bytes(stored_path(path).encode()),
-                    "format": _feature_bytes((fmt or "").encode()),
-                    "has_exif": _feature_ints([int(has_exif)]),
-                    "error": _feature_bytes(error.encode()),
-                }
-                if kind == "int":
-                    feats["label"] = _feature_ints([int(idx.labels[i])])
-                elif kind == "float":
-                    feats["label"] = _feature_floats([float(idx.labels[i])])
-                elif kind == "vector":
-                    feats["label"] = _feature_floats(idx.labels[i].tolist())
-                if idx.weights is not None:
-                    feats["weight"] = _feature_floats([float(idx.weights[i])])
-                if idx.mask_paths is not None:
-                    feats.update(_mask_features(idx.mask_paths[i], error, mask_fmts))
-                    error = feats.pop("_error")
-                    feats["error"] = _feature_bytes(error.encode())
-                writer.write(tf.train.Example(
-                    features=tf.train.Features(feature=feats)).SerializeToString())
-                bar.update(1)
-        return {"file": names[k], "num_examples": len(rows)}, fmt_counts, exif, changed
+        encoded = (encode_row(idx, i, reencode) for i in rows)
+        return write_shard_file(output_dir, names[k], encoded, max_resolution is not None,
+                                idx.mask_paths is not None, on_record=lambda: bar.update(1))
 
     try:
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             results = list(pool.map(write_shard, range(num_shards)))
     finally:
         bar.close()
-    all_formats = collections.Counter()
-    for _, f, _, _ in results:
-        all_formats.update(f)
+    meta = sidecar(idx, results, plan, max_resolution, jpeg_quality,
+                   None if on_error is None else
+                   [{"path": r.path, "reason": r.reason} for r in skipped])
+    with tf.io.gfile.GFile(read.join(output_dir, SIDECAR), "w") as f:
+        f.write(json.dumps(meta, indent=1))
+    return meta
+
+
+def shard_count(num_shards: Optional[int], n: int, sizes: Callable[[], np.ndarray],
+                num_skipped: int = 0) -> int:
+    """The shards ``n`` good files are written to: ``num_shards``, or (None) about one per
+    ``TARGET_SHARD_BYTES`` of ``sizes()`` (at least 1); at most ``n`` (a warning says so)."""
+    if num_shards is None:
+        total = int(sizes().clip(0).sum())
+        num_shards = max(1, math.ceil(total / TARGET_SHARD_BYTES))
+    if num_shards > n:
+        logging.warning("%s", fewer_shards_message(num_shards, n, num_skipped))
+        num_shards = n
+    return num_shards
+
+
+def plan_sha256(idx: index_lib.Index, **options) -> str:
+    """A conversion's identity: SHA-256 (hex) of the rows (stored paths, labels, weights,
+    masks, errors known at index time) and ``options`` (the order, shard and re-encode
+    options). Two runs with the same identity write the same shards (``seed=None`` aside:
+    ``write_tfrecords`` with ``beam_runner`` keeps the seed it drew for a rerun)."""
+    import hashlib  # pylint: disable=import-outside-toplevel
+    h = hashlib.sha256(SIDECAR_FORMAT.encode())
+    h.update(json.dumps(sorted(options.items()), default=str).encode())
+    for p in idx.paths:
+        h.update(stored_path(p).encode() + b"\0")
+    for arr in (idx.labels, idx.weights):
+        h.update(b"-" if arr is None else np.ascontiguousarray(arr).tobytes())
+    h.update(json.dumps([idx.mask_paths, sorted(idx.errors.items()),
+                         idx.class_names]).encode())
+    return h.hexdigest()
+
+
+def sidecar(idx: index_lib.Index, shards: Sequence[dict], plan: str,
+            max_resolution: Optional[int], jpeg_quality: int,
+            skipped: Optional[List[dict]]) -> dict:
+    """The ``dataset.json`` of ``idx``'s good files (``idx`` without the skipped ones)
+    written as ``shards`` (``write_shard_file``'s entries, in shard order)."""
+    n, kind = len(idx), idx.label_kind
+    all_formats, mask_formats = collections.Counter(), collections.Counter()
+    for r in shards:
+        all_formats.update(r["formats"])
+        mask_formats.update(r.get("mask_formats", {}))
     label_size = int(idx.labels.shape[1]) if kind == "vector" and n else None
     num_classes = (len(idx.class_names) if idx.class_names else
                    (int(idx.labels.max()) + 1 if kind == "int" else label_size))
@@ -444,21 +550,128 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         "label_size": label_size,
         "has_weights": idx.weights is not None,
         "num_examples": n,
-        "shards": [r for r, _, _, _ in results],
+        "shards": list(shards),
         "formats": dict(all_formats),
-        "has_exif": any(e for _, _, e, _ in results),
+        "has_exif": any(r["has_exif"] for r in shards),
+        "plan_sha256": plan,
     }
     if max_resolution is not None:
         meta.update(max_resolution=max_resolution, jpeg_quality=jpeg_quality,
-                    reencoded=sum(c for _, _, _, c in results))
+                    reencoded=sum(r["reencoded"] for r in shards))
     if idx.mask_paths is not None:
         meta["has_masks"] = True
-        meta["mask_formats"] = dict(mask_fmts)
-    if on_error is not None:
-        meta["skipped"] = [{"path": r.path, "reason": r.reason} for r in skipped]
-    with tf.io.gfile.GFile(read.join(output_dir, SIDECAR), "w") as f:
-        f.write(json.dumps(meta, indent=1))
+        meta["mask_formats"] = dict(mask_formats)
+    if skipped is not None:
+        meta["skipped"] = list(skipped)
     return meta
+
+
+def encode_row(idx: index_lib.Index, i: int, reencode=None):
+    """Row ``i`` of ``idx`` as the record ``write_tfrecords`` stores (the one encoder of
+    every writer, in one process or on Beam workers).
+
+    Returns:
+        (serialized ``tf.train.Example`` bytes, stored format name or None, has_exif
+        bool, re-encoded bool, the mask's format name or None (no mask)).
+    """
+    path = idx.paths[i]
+    contents, error = read.try_read(path)
+    head = contents[:4096]
+    fmt = formats.sniff_bytes(head)
+    has_exif = fmt == "jpeg" and b"Exif\x00\x00" in head
+    changed = False
+    if not error:
+        if not contents:
+            error = "empty file (0 bytes)"
+        elif i in idx.errors:
+            error = idx.errors[i]
+        elif fmt is None:
+            error = formats.describe_start(head)
+    if reencode is not None and not error:
+        try:
+            out, new = reencode(tf.constant(contents))
+        except tf.errors.OpError:  # corrupt: stored as it is; the reader names it
+            new = False
+        if bool(new):
+            contents, fmt, has_exif, changed = out.numpy(), "jpeg", False, True
+    feats = {
+        "image": _feature_bytes(contents),
+        "path": _feature_bytes(stored_path(path).encode()),
+        "format": _feature_bytes((fmt or "").encode()),
+        "has_exif": _feature_ints([int(has_exif)]),
+        "error": _feature_bytes(error.encode()),
+    }
+    kind = idx.label_kind
+    if kind == "int":
+        feats["label"] = _feature_ints([int(idx.labels[i])])
+    elif kind == "float":
+        feats["label"] = _feature_floats([float(idx.labels[i])])
+    elif kind == "vector":
+        feats["label"] = _feature_floats(idx.labels[i].tolist())
+    if idx.weights is not None:
+        feats["weight"] = _feature_floats([float(idx.weights[i])])
+    mask_fmt = None
+    if idx.mask_paths is not None:
+        counts = collections.Counter()
+        feats.update(_mask_features(idx.mask_paths[i], error, counts))
+        error = feats.pop("_error")
+        feats["error"] = _feature_bytes(error.encode())
+        mask_fmt = next(iter(counts))
+    # deterministic: the features map in key order, whatever process or protobuf build
+    record = tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString(
+        deterministic=True)
+    return record, fmt, has_exif, changed, mask_fmt
+
+
+def file_sha256(path: str) -> str:
+    """SHA-256 (hex) of a file's bytes, local or remote (``tf.io.gfile``)."""
+    import hashlib  # pylint: disable=import-outside-toplevel
+    h = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while True:
+            block = f.read(8 * 2 ** 20)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_shard_file(output_dir: str, name: str, encoded, reencoding: bool, masks: bool,
+                     on_record: Optional[Callable[[], None]] = None,
+                     temporary: bool = False) -> dict:
+    """Writes ``encoded`` (``encode_row``'s tuples, in the shard's order) as
+    ``output_dir/name``; with ``temporary``, under a temporary name first, renamed to
+    ``name`` once complete (a partial shard never bears a shard's name).
+
+    Returns:
+        the shard's entry in ``dataset.json``: ``file``, ``num_examples``, ``sha256`` (of
+        the file's bytes), ``formats`` (stored format -> records), ``has_exif``; with
+        re-encoding, ``reencoded``; with masks, ``mask_formats``.
+    """
+    final = read.join(output_dir, name)
+    target = f"{final}.tmp-{os.getpid()}-{id(encoded):x}" if temporary else final
+    fmt_counts, mask_counts = collections.Counter(), collections.Counter()
+    exif, changed, count = False, 0, 0
+    with tf.io.TFRecordWriter(target) as writer:
+        for record, fmt, has_exif, new, mask_fmt in encoded:
+            writer.write(record)
+            fmt_counts[fmt or "unknown"] += 1
+            exif = exif or has_exif
+            changed += int(new)
+            if masks:
+                mask_counts[mask_fmt or "unknown"] += 1
+            count += 1
+            if on_record is not None:
+                on_record()
+    entry = {"file": name, "num_examples": count, "sha256": file_sha256(target),
+             "formats": dict(fmt_counts), "has_exif": exif}
+    if reencoding:
+        entry["reencoded"] = changed
+    if masks:
+        entry["mask_formats"] = dict(mask_counts)
+    if temporary:
+        tf.io.gfile.rename(target, final, overwrite=True)
+    return entry
 
 
 def _count(n: int, noun: str) -> str:
