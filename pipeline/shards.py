@@ -19,7 +19,6 @@ import inspect
 import json
 import math
 import os
-import re
 from typing import Callable, List, Optional, Sequence, Set
 
 import numpy as np
@@ -212,76 +211,6 @@ def check_files(idx: index_lib.Index, on_error: str, max_pixels: Optional[int] =
     return (idx.subset(good) if records else idx), records
 
 
-# Beam's runner names (apache_beam.runners.runner), as write_tfrecords(beam_runner=) takes them;
-# a runner class's dotted path ("package.module.MyRunner") is taken too.
-BEAM_RUNNERS = ("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner", "PrismRunner",
-                "PortableRunner", "FnApiRunner", "BundleBasedDirectRunner",
-                "SwitchingDirectRunner")
-_BEAM_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
-BEAM_OPTIONS_FORMS = ("a comma-separated 'key=value,key=value' string (e.g. "
-                      "'direct_running_mode=multi_processing,direct_num_workers=2') or a list "
-                      "of '--flag=value' / '--flag' strings (e.g. ['--project=my-project', "
-                      "'--experiments=a,b'])")
-
-
-def check_beam(beam_runner, beam_options):
-    """Validates ``write_tfrecords``' ``beam_runner`` and ``beam_options``; needs no Beam.
-
-    Returns:
-        (the runner name or None, the options as a list of ``--flag[=value]`` strings).
-
-    Raises:
-        ValueError: ``beam_runner`` not None, one of ``BEAM_RUNNERS`` or a dotted class
-            path; ``beam_options`` malformed (an empty item, an item without ``=``, a
-            key that is not an identifier, a ``runner`` key: give it as ``beam_runner``)
-            or given without ``beam_runner`` (each names the value and the accepted
-            forms).
-    """
-    if beam_runner is None:
-        if beam_options not in (None, "", []):
-            raise ValueError("`beam_options` is only used with `beam_runner` (e.g. "
-                             "beam_runner='DirectRunner'). "
-                             f"{checks.received('beam_options', beam_options)}")
-        return None, []
-    if not isinstance(beam_runner, str) or not (
-            beam_runner in BEAM_RUNNERS or _DOTTED.fullmatch(beam_runner)):
-        raise ValueError(f"`beam_runner` must be one of {', '.join(BEAM_RUNNERS)} or a runner "
-                         "class's dotted path (e.g. 'my_package.runners.MyRunner'). "
-                         f"{checks.received('beam_runner', beam_runner)}")
-    if beam_options is None:
-        return beam_runner, []
-    if isinstance(beam_options, str):
-        items = [x.strip() for x in beam_options.split(",")] if beam_options.strip() else []
-        flags = []
-        for item in items:
-            key, eq, _ = item.partition("=")
-            if not eq or not _BEAM_KEY.fullmatch(key.strip()):
-                raise ValueError(
-                    f"`beam_options` item {item!r} is not key=value with an identifier key; "
-                    f"`beam_options` is {BEAM_OPTIONS_FORMS}. "
-                    f"{checks.received('beam_options', beam_options)}")
-            flags.append("--" + key.strip() + "=" + item.partition("=")[2])
-    elif isinstance(beam_options, (list, tuple)):
-        flags = list(beam_options)
-        for item in flags:
-            key = item[2:].partition("=")[0] if isinstance(item, str) else ""
-            if not (isinstance(item, str) and item.startswith("--")
-                    and _BEAM_KEY.fullmatch(key)):
-                raise ValueError(
-                    f"`beam_options` item {item!r} is not '--flag=value' or '--flag'; "
-                    f"`beam_options` is {BEAM_OPTIONS_FORMS}. "
-                    f"{checks.received('beam_options', beam_options)}")
-    else:
-        raise ValueError(f"`beam_options` must be {BEAM_OPTIONS_FORMS}. "
-                         f"{checks.received('beam_options', beam_options)}")
-    for item in flags:
-        if item[2:].partition("=")[0] == "runner":
-            raise ValueError("`beam_options` must not hold the runner: give it as "
-                             f"`beam_runner`. {checks.received('beam_options', beam_options)}")
-    return beam_runner, flags
-
-
 # The indexers' keywords that write_tfrecords(**index_kw) passes on.
 INDEX_KEYWORDS = tuple(sorted({
     name for fn in (index_lib.index_directory, index_lib.index_paths, manifest_lib.index_manifest)
@@ -371,7 +300,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         jpeg_quality: int in [1, 100], the re-encode's JPEG quality (default
             90); used only with ``max_resolution``.
         beam_runner: None (default: this process writes, a thread per shard), or a
-            Beam runner (``BEAM_RUNNERS``: "DirectRunner", "DataflowRunner",
+            Beam runner (``pipeline.checks.BEAM_RUNNERS``: "DirectRunner", "DataflowRunner",
             "FlinkRunner", "SparkRunner", ..., or a runner class's dotted path): the
             conversion runs as an Apache Beam pipeline (``pipeline.beam_write``; needs
             ``pip install '.[beam]'``) and writes the same shards and the same
@@ -429,7 +358,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     if max_pixels is not None:
         max_pixels = checks.check_int("max_pixels", max_pixels)
     max_resolution, jpeg_quality = check_resolution(max_resolution, jpeg_quality)
-    beam_runner, beam_flags = check_beam(beam_runner, beam_options)
+    beam_runner, beam_flags = checks.check_beam(beam_runner, beam_options)
     if beam_runner is not None and num_workers is not None:
         raise ValueError("`num_workers` is the single-process writer's thread count; with "
                          "`beam_runner` the runner decides the workers (e.g. beam_options="
