@@ -205,9 +205,9 @@ def test_rerun_keeps_complete_shards_and_writes_the_missing_and_damaged(two_work
 @pytest.mark.beam
 def test_rerun_of_an_interrupted_job_keeps_its_finished_shards(beam, folder, single, tmp_path):
     out = str(tmp_path / "o")
-    # Shard 1's entry cannot be stored (a folder stands at its path): the job fails after
+    # Shard 3's entry cannot be stored (a folder stands at its path): the job fails after
     # some shards are complete, as a job that dies midway.
-    blocker = os.path.join(out, beam_write.PARTS, "data-00001-of-00004.tfrecord.json")
+    blocker = os.path.join(out, beam_write.PARTS, "data-00003-of-00004.tfrecord.json")
     os.makedirs(blocker)
     kw = dict(num_shards=4, on_error="skip", seed=5, progress=False,
               beam_runner="DirectRunner", beam_options=IN_PROCESS)
@@ -218,6 +218,8 @@ def test_rerun_of_an_interrupted_job_keeps_its_finished_shards(beam, folder, sin
     parts = os.path.join(out, beam_write.PARTS)
     done = {f[:-len(".json")] for f in os.listdir(parts) if f.endswith(".tfrecord.json")}
     kept = {f: os.stat(os.path.join(out, f)).st_mtime_ns for f in done}
+    # The in-process runner writes the shards in key order: those before shard 3 are done.
+    assert done and "data-00003-of-00004.tfrecord" not in done, done
     meta = shards.write_tfrecords(folder, out, **kw)
     assert _files(out) == _files(single)
     assert meta == json.loads(_files(single)["dataset.json"])

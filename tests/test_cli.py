@@ -1795,3 +1795,29 @@ def test_cuda_factory_registration_lines_are_dropped_and_doctor_says_what_shows(
                     "cuFFT/cuDNN/cuBLAS factory' errors; 2.21: its start-up lines); pipeline's "
                     "own import of it (python -m pipeline, or a public name used first) drops "
                     "2.16's and shows 2.21's once")
+
+
+def test_convert_help_shows_a_local_a_dataflow_and_a_spark_beam_command():
+    text = cli.command_help("convert")
+    assert "--beam_runner RUNNER" in text and "--beam_options K=V,..." in text
+    assert "--beam_runner=DirectRunner" in text and "direct_num_workers=2" in text
+    assert "--beam_runner=DataflowRunner" in text and "temp_location=gs://" in text
+    assert "--beam_runner=SparkRunner" in text and "spark_master_url=spark://" in text
+    assert "pip install '.[beam]'" in text
+
+
+def test_bad_beam_runner_and_options_are_usage_errors_before_tensorflow_loads(tmp_path):
+    from conftest import solid
+    solid(str(tmp_path / "src" / "cat" / "a.png"), 9)
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    got = _usage_errors([["convert", src, out, "--beam_runner=Direct"],
+                         ["convert", src, out, "--beam_runner=DirectRunner",
+                          "--beam_options=direct_num_workers"],
+                         ["convert", src, out, "--beam_options=direct_num_workers=2"]])
+    assert [(code, loaded) for code, _, loaded in got] == [(2, False)] * 3
+    assert got[0][1].startswith("pipeline convert: error: --beam_runner must be one of "
+                                "DirectRunner, DataflowRunner, FlinkRunner, SparkRunner")
+    assert got[0][1].endswith("Received: --beam_runner='Direct'")
+    assert "--beam_options item 'direct_num_workers' is not key=value" in got[1][1]
+    assert "only used with --beam_runner" in got[2][1]
+    assert not os.path.exists(out)
