@@ -72,16 +72,18 @@ def pipeline_options(runner: str, flags: List[str]):
             known flag).
     """
     from apache_beam.options import pipeline_options as po  # pylint: disable=import-outside-toplevel
-    known = set(po.PipelineOptions([]).get_all_options(drop_default=False))
+    options = po.PipelineOptions(flags, runner=runner)
+    known = options.get_all_options()
+    unknown = set(options.get_all_options(retain_unknown_options=True)) - set(known)
     for flag in flags:
         key = flag[2:].partition("=")[0]
-        if key not in known:
+        if key in unknown:
             close = difflib.get_close_matches(key, sorted(known), n=1)
             raise ValueError(
                 f"`beam_options`: Beam has no option {key!r}"
                 + (f" (did you mean {close[0]!r}?)" if close else "")
                 + f". Received: beam_options item {flag!r}")
-    return po.PipelineOptions(flags, runner=runner)
+    return options
 
 
 def _parts(output_dir: str, name: str = "") -> str:

@@ -250,3 +250,17 @@ def test_an_option_beam_does_not_know_is_a_value_error_with_the_closest(beam, fo
                                          r"'direct_num_workers'\?\)"):
         shards.write_tfrecords(folder, str(tmp_path / "o"), beam_runner="DirectRunner",
                                beam_options="direct_num_worker=2")
+
+
+@pytest.mark.beam
+def test_the_beam_options_of_converts_help_and_the_docs_are_options_beam_knows(beam):
+    import re
+    from pipeline import checks, cli
+    here = os.path.dirname(os.path.abspath(__file__))
+    text = cli.command_help("convert") + open(os.path.join(here, "..", "docs",
+                                                           "scale-out.md")).read()
+    found = [(r, o) for r, o in re.findall(r"--beam_runner=(\w+) \\?\s*--beam_options=(\S+)",
+                                           text) if "..." not in o]  # "flink_master=h:8081,..."
+    assert {r for r, _ in found} >= {"DirectRunner", "DataflowRunner", "SparkRunner"}, found
+    for runner, options in found:
+        beam_write.pipeline_options(*checks.check_beam(runner, options))  # no ValueError
