@@ -1,4 +1,4 @@
-"""``write_tfrecords(beam_runner=...)``: the conversion to TFRecord shards as an Apache Beam pipeline.
+"""``write_tfrecords(beam_runner=...)``: the conversion to TFRecord shards on Apache Beam.
 
 The driver (this process) indexes the source and validates the options as the
 single-process writer does (``pipeline.shards.write_tfrecords``), stores the index
@@ -9,18 +9,18 @@ process), then runs:
    ``pipeline.report.scan_index`` (the single-process writer's check); bad files
    leave through the tagged side output ``"bad"``;
 2. ``Layout`` (one element): the good rows, their seeded order
-   (``shards.row_order``) and the shard count (``shards.shard_count``), as the
+   (``shard_writer.row_order``) and the shard count (``shard_writer.shard_count``), as the
    single-process writer decides them: row ``j`` of the written order goes to shard
    ``j % num_shards`` at place ``j // num_shards``. ``on_error="raise"`` with a bad
    file fails the job here, before any shard is written (``BadFilesError`` in the
    driver, every bad file named);
 3. ``Verify``: the shards a previous run completed (``dataset.json``'s or the
    per-shard entries' counts and SHA-256) are kept;
-4. ``Encode``: each other row by ``shards.encode_row`` (the one encoder), keyed by
+4. ``Encode``: each other row by ``shard_writer.encode_row`` (the one encoder), keyed by
    its shard; ``GroupByKey``; ``WriteShard``: the records in their places, written
    under a temporary name, renamed once complete, the shard's entry stored in
    ``dataset.json.parts/``;
-5. the driver writes ``dataset.json`` (``shards.sidecar``) and removes the parts.
+5. the driver writes ``dataset.json`` (``shard_writer.sidecar``) and removes the parts.
 
 Files are read and written through ``tf.io.gfile`` / ``pipeline.read``, the readers'
 file systems (local, ``gs://``, ``s3://``). Counters (namespace ``pipeline``:
@@ -45,7 +45,7 @@ from absl import logging
 
 from pipeline import index as index_lib
 from pipeline import read
-from pipeline import shards
+from pipeline import shard_writer
 
 PARTS = "dataset.json.parts"
 INSTALL_HINT = "pip install '.[beam]' (from a checkout; or pip install 'tf-image-pipeline[beam]')"
@@ -65,7 +65,7 @@ def require_beam():
 
 
 def pipeline_options(runner: str, flags: List[str]):
-    """Beam's ``PipelineOptions`` of ``flags`` (``shards.check_beam``'s) with ``runner``.
+    """Beam's ``PipelineOptions`` of ``flags`` (``checks.check_beam``'s) with ``runner``.
 
     Raises:
         ValueError: a flag that no Beam options class defines (named, with the closest
@@ -122,10 +122,10 @@ def previous_run(output_dir: str, plan: str):
             shards that no sidecar describes.
     """
     listing = _listing(output_dir)
-    sidecar_path = read.join(output_dir, shards.SIDECAR)
+    sidecar_path = read.join(output_dir, shard_writer.SIDECAR)
     plan_path = _parts(output_dir, "plan.json")
     found, seed, entries = None, None, {}
-    if shards.SIDECAR in listing:
+    if shard_writer.SIDECAR in listing:
         found = _read_json(sidecar_path)
         entries = {e["file"]: e for e in found.get("shards", []) if "sha256" in e}
     elif PARTS in listing and tf.io.gfile.exists(plan_path):
@@ -157,7 +157,7 @@ def _load_index(path: str) -> index_lib.Index:
 
 @functools.lru_cache(maxsize=4)
 def _order(n: int, seed: int, shuffle: bool) -> np.ndarray:
-    return shards.row_order(n, seed) if shuffle else np.arange(n)
+    return shard_writer.row_order(n, seed) if shuffle else np.arange(n)
 
 
 def _counter(name: str):
@@ -176,6 +176,9 @@ def _dofns():
         def __init__(self, index_path, max_pixels, need_sizes):
             self.index_path, self.max_pixels, self.need_sizes = (
                 index_path, max_pixels, need_sizes)
+
+        def setup(self):  # the output's file system on this worker (s3://: tensorflow-io)
+            read.ensure_filesystem(self.index_path, in_graph=True)
 
         def process(self, chunk):
             from pipeline import report  # pylint: disable=import-outside-toplevel
@@ -204,8 +207,9 @@ def _dofns():
             self.reencode = None
 
         def setup(self):
+            read.ensure_filesystem(self.index_path, in_graph=True)
             if self.max_resolution is not None:
-                self.reencode = shards.resolution_reencoder(
+                self.reencode = shard_writer.resolution_reencoder(
                     self.max_resolution, self.jpeg_quality, self.max_pixels)
 
         def process(self, chunk, layout, kept):
@@ -216,11 +220,11 @@ def _dofns():
             kept = set(kept)
             for j in range(*chunk):
                 k = j % s
-                if shards.SHARD_PATTERN.format(k, s) in kept:
+                if shard_writer.SHARD_PATTERN.format(k, s) in kept:
                     continue
                 row = int(order[j]) if good is None else int(good[order[j]])
                 _counter("records_encoded").inc()
-                yield k, (j // s,) + shards.encode_row(idx, row, self.reencode)
+                yield k, (j // s,) + shard_writer.encode_row(idx, row, self.reencode)
 
     class WriteShard(beam.DoFn):
         """``(shard, records)`` -> the shard written (temporary name, then renamed) and its
@@ -228,6 +232,9 @@ def _dofns():
 
         def __init__(self, output_dir, reencoding, masks):
             self.output_dir, self.reencoding, self.masks = output_dir, reencoding, masks
+
+        def setup(self):
+            read.ensure_filesystem(self.output_dir, in_graph=True)
 
         def process(self, item, layout):
             k, records = item
@@ -238,8 +245,8 @@ def _dofns():
             if places != list(range(want)):
                 raise RuntimeError(f"shard {k}: {len(places)} records for {want} places "
                                    f"(places {places[:10]}...): a row lost or doubled")
-            name = shards.SHARD_PATTERN.format(k, s)
-            entry = shards.write_shard_file(self.output_dir, name, (r[1:] for r in records),
+            name = shard_writer.SHARD_PATTERN.format(k, s)
+            entry = shard_writer.write_shard_file(self.output_dir, name, (r[1:] for r in records),
                                             self.reencoding, self.masks, temporary=True)
             _write_json(_parts(self.output_dir, name + ".json"), entry)
             _counter("shards_written").inc()
@@ -253,7 +260,7 @@ def _dofns():
         sizes = dict(good_rows)
         rows = np.array([r for r, _ in good_rows], np.int64)
         fail = bool(bad) and (on_error == "raise" or not len(rows))
-        s = 0 if fail else shards.shard_count(
+        s = 0 if fail else shard_writer.shard_count(
             num_shards, len(rows), lambda: np.array([sizes[r] for r in rows.tolist()]),
             len(bad))
         out = {"num_examples": int(len(rows)), "num_shards": int(s), "seed": seed,
@@ -261,15 +268,16 @@ def _dofns():
         _write_json(read.join(parts_dir, "layout.json"), out)
         if fail:
             records = [shards_guard_record(p, why) for _, p, why in bad]
-            raise shards.BadFilesError(records, n_all, shards._bad_files_message(
+            raise shard_writer.BadFilesError(records, n_all, shard_writer.bad_files_message(
                 records, n_all, on_error))
         out["good"] = rows if len(bad) else None
         return out
 
     def verify(entry, *, output_dir):
         """A previous run's shard entry -> its name when the file is there, whole."""
+        read.ensure_filesystem(output_dir, in_graph=True)
         path = read.join(output_dir, entry["file"])
-        if tf.io.gfile.exists(path) and shards.file_sha256(path) == entry["sha256"]:
+        if tf.io.gfile.exists(path) and shard_writer.file_sha256(path) == entry["sha256"]:
             _write_json(_parts(output_dir, entry["file"] + ".json"), entry)
             _counter("shards_kept").inc()
             yield entry["file"]
@@ -291,7 +299,7 @@ def write(idx: index_lib.Index, output_dir: str, plan: str, runner: str, flags: 
           progress: bool, shuffle: bool, seed: Optional[int], num_shards: Optional[int],
           on_error: Optional[str], max_pixels: Optional[int], max_resolution: Optional[int],
           jpeg_quality: int) -> dict:
-    """Runs the conversion of ``idx`` (validated by ``shards.write_tfrecords``) on Beam.
+    """Runs the conversion of ``idx`` (validated by ``pipeline.shards.write_tfrecords``) on Beam.
 
     Returns:
         the ``dataset.json`` written (as the single-process writer's).
@@ -321,7 +329,7 @@ def write(idx: index_lib.Index, output_dir: str, plan: str, runner: str, flags: 
     Check, Encode, WriteShard, layout_fn, verify = _dofns()
     n_all = len(idx)
     if on_error is None:
-        n_shards = shards.shard_count(num_shards, n_all, idx.sizes)
+        n_shards = shard_writer.shard_count(num_shards, n_all, idx.sizes)
         fixed = {"num_examples": n_all, "num_shards": n_shards, "seed": seed, "bad": [],
                  "failed": False}
         _write_json(layout_path, fixed)
@@ -362,7 +370,7 @@ def write(idx: index_lib.Index, output_dir: str, plan: str, runner: str, flags: 
             lay = _read_json(layout_path)
             if lay.get("failed"):
                 records = [shards_guard_record(path, why) for _, path, why in lay["bad"]]
-                raise shards.BadFilesError(records, n_all, shards._bad_files_message(
+                raise shard_writer.BadFilesError(records, n_all, shard_writer.bad_files_message(
                     records, n_all, on_error)) from None
         raise
     _log_counters(result, progress)
@@ -372,12 +380,12 @@ def write(idx: index_lib.Index, output_dir: str, plan: str, runner: str, flags: 
     good_idx = idx.subset([r for r in range(n_all) if r not in bad_rows]) if bad_rows else idx
     entries = []
     for k in range(lay["num_shards"]):
-        name = shards.SHARD_PATTERN.format(k, lay["num_shards"])
+        name = shard_writer.SHARD_PATTERN.format(k, lay["num_shards"])
         entries.append(_read_json(_parts(output_dir, name + ".json")))
     skipped = None if on_error is None else [{"path": p_, "reason": why}
                                              for _, p_, why in lay["bad"]]
-    meta = shards.sidecar(good_idx, entries, plan, max_resolution, jpeg_quality, skipped)
-    with tf.io.gfile.GFile(read.join(output_dir, shards.SIDECAR), "w") as f:
+    meta = shard_writer.sidecar(good_idx, entries, plan, max_resolution, jpeg_quality, skipped)
+    with tf.io.gfile.GFile(read.join(output_dir, shard_writer.SIDECAR), "w") as f:
         f.write(json.dumps(meta, indent=1))
     _clean(output_dir)
     return meta
