@@ -9,7 +9,8 @@ wall time, images/s, CPU seconds (the run's process and every process it waited 
 workers) and CPU-ms per image, the ratio beam / single of images/s, whether both wrote the
 same shards (SHA-256 of every shard), and a paper estimate for ``--paper_images`` images on
 each of ``--paper_workers`` workers of ``--worker_cores`` cores: the measured Beam start
-(a run on ``--start_images`` photos) + images x CPU-ms per image / (workers x cores).
+(a run on ``--start_images`` photos) + images x the CPU-ms per image past the start (the full
+run's CPU less the start run's) / (workers x cores).
 Needs apache-beam (``pip install '.[beam]'``).
 
     python benchmarks/beam_convert.py --max_resolution=256 --num_shards=8 --json_out=beam.json
@@ -35,6 +36,9 @@ flags.DEFINE_integer("max_resolution", 256, "Store each image with its shorter s
                      "this (re-encoded); 0 = the files' bytes unchanged.")
 flags.DEFINE_string("on_error", "none", "The writers' on_error: none, raise or skip.")
 flags.DEFINE_integer("beam_workers", 2, "DirectRunner worker processes.")
+flags.DEFINE_integer("single_workers", 0, "The single-process writer's threads "
+                     "(num_workers); 0 = its default, one per shard up to 2 x the cores.")
+flags.DEFINE_enum("only", "both", ["both", "single", "beam"], "Run only this writer.")
 flags.DEFINE_integer("repeats", 1, "Runs of each writer, alternated.")
 flags.DEFINE_integer("start_images", 8, "Photos of the run that measures Beam's start cost; "
                      "0 = no such run.")
@@ -56,10 +60,10 @@ print(json.dumps({"seconds": time.perf_counter() - t, "num_examples": meta["num_
 """
 
 
-def run_once(src: str, out: str, beam_workers: int) -> dict:
+def run_once(src: str, out: str, beam_workers: int, single_workers: int = 0) -> dict:
     """One conversion in a fresh process: wall seconds (inside the call), CPU seconds of
     the process and what it waited for, the shards' SHA-256."""
-    beam = {} if not beam_workers else {
+    beam = ({"num_workers": single_workers} if single_workers else {}) if not beam_workers else {
         "beam_runner": "DirectRunner",
         "beam_options": f"direct_running_mode=multi_processing,direct_num_workers={beam_workers}"}
     args = {"src": src, "out": out, "num_shards": FLAGS.num_shards, "beam": beam,
@@ -101,7 +105,10 @@ def main(argv):
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(FLAGS.repeats):
             for name, workers in (("single", 0), ("beam", FLAGS.beam_workers)):
-                res = run_once(src, os.path.join(tmp, f"{name}{r}"), workers)
+                if FLAGS.only not in ("both", name):
+                    continue
+                res = run_once(src, os.path.join(tmp, f"{name}{r}"), workers,
+                               FLAGS.single_workers)
                 res["images_per_sec"] = res["num_examples"] / res["seconds"]
                 res["cpu_ms_per_image"] = 1000 * res["cpu_seconds"] / res["num_examples"]
                 runs[name].append(res)
@@ -110,30 +117,38 @@ def main(argv):
                       f"{res['cpu_seconds']:.1f} CPU-s = {res['cpu_ms_per_image']:.1f} "
                       "CPU-ms per image", flush=True)
         start = None
-        if FLAGS.start_images:
+        if FLAGS.start_images and FLAGS.only != "single":
             few = _subset(src, FLAGS.start_images, os.path.join(tmp, "few"))
             start = run_once(few, os.path.join(tmp, "start"), FLAGS.beam_workers)
             print(f"beam start: {FLAGS.start_images} images in {start['seconds']:.1f} s "
                   f"({start['cpu_seconds']:.1f} CPU-s)", flush=True)
-    best = {k: max(v, key=lambda x: x["images_per_sec"]) for k, v in runs.items()}
-    same = all(a["sha256"] == b["sha256"] for a, b in zip(runs["single"], runs["beam"]))
-    ratio = best["beam"]["images_per_sec"] / best["single"]["images_per_sec"]
-    print(f"beam / single images/s (best of {FLAGS.repeats}): {ratio:.2f}; "
-          f"same shards: {same}; cores here: {os.cpu_count()}")
-    per_image = best["beam"]["cpu_ms_per_image"] / 1000
+    best = {k: max(v, key=lambda x: x["images_per_sec"]) for k, v in runs.items() if v}
+    ratio = same = None
+    if len(best) == 2:
+        same = all(a["sha256"] == b["sha256"] for a, b in zip(runs["single"], runs["beam"]))
+        ratio = best["beam"]["images_per_sec"] / best["single"]["images_per_sec"]
+        print(f"beam / single images/s (best of {FLAGS.repeats}): {ratio:.2f}; "
+              f"same shards: {same}; cores here: {os.cpu_count()}")
     paper = []
-    for w in map(int, FLAGS.paper_workers):
-        secs = (start["seconds"] if start else 0) + FLAGS.paper_images * per_image / (
-            w * FLAGS.worker_cores)
-        paper.append({"workers": w, "hours": secs / 3600})
-        print(f"paper: {FLAGS.paper_images:,} images on {w} workers x {FLAGS.worker_cores} "
-              f"cores at {1000 * per_image:.1f} CPU-ms per image: {secs / 3600:.2f} h")
+    if "beam" in best:
+        b = best["beam"]
+        # Per image past the start: the CPU of the full run less that of the start run.
+        per_image = ((b["cpu_seconds"] - start["cpu_seconds"])
+                     / (b["num_examples"] - start["num_examples"]) if start
+                     else b["cpu_seconds"] / b["num_examples"])
+        for w in map(int, FLAGS.paper_workers):
+            secs = (start["seconds"] if start else 0) + FLAGS.paper_images * per_image / (
+                w * FLAGS.worker_cores)
+            paper.append({"workers": w, "hours": secs / 3600, "cpu_ms_per_image": 1000 * per_image})
+            print(f"paper: {FLAGS.paper_images:,} images on {w} workers x {FLAGS.worker_cores} "
+                  f"cores at {1000 * per_image:.1f} CPU-ms per image past the start: "
+                  f"{secs / 3600:.2f} h")
     if FLAGS.json_out:
         with open(FLAGS.json_out, "w") as f:
             json.dump({"runs": runs, "start": start, "ratio": ratio, "same_shards": same,
                        "paper": paper, "flags": {k: FLAGS[k].value for k in (
                            "num_shards", "max_resolution", "on_error", "beam_workers",
-                           "repeats", "worker_cores")}}, f, indent=1)
+                           "single_workers", "repeats", "worker_cores")}}, f, indent=1)
 
 
 if __name__ == "__main__":
