@@ -264,3 +264,23 @@ def test_the_beam_options_of_converts_help_and_the_docs_are_options_beam_knows(b
     assert {r for r, _ in found} >= {"DirectRunner", "DataflowRunner", "SparkRunner"}, found
     for runner, options in found:
         beam_write.pipeline_options(*checks.check_beam(runner, options))  # no ValueError
+
+
+@pytest.mark.beam
+@pytest.mark.slow  # a benchmark script end to end
+def test_beam_convert_benchmark_runs_both_writers_and_finds_the_same_shards(beam, folder,
+                                                                           tmp_path):
+    import subprocess
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "b.json"
+    r = subprocess.run([sys.executable, os.path.join(repo, "benchmarks", "beam_convert.py"),
+                        f"--data_dir={folder}", "--num_shards=2", "--max_resolution=16",
+                        "--on_error=skip", "--start_images=4", "--paper_workers=10",
+                        f"--json_out={out}"], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=repo))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["same_shards"] is True
+    assert [x["num_examples"] for x in res["runs"]["single"] + res["runs"]["beam"]] == [36, 36]
+    assert res["start"]["num_examples"] == 4 and res["paper"][0]["workers"] == 10
+    assert "beam / single images/s" in r.stdout and "paper: 10,000,000 images" in r.stdout
