@@ -318,6 +318,7 @@ def write(idx: index_lib.Index, output_dir: str, plan: str, runner: str, flags: 
             candidates = {}
         seed = drawn if drawn is not None else secrets.randbits(63)
     parts_dir = _parts(output_dir)
+    existed = read.exists(output_dir)
     tf.io.gfile.makedirs(parts_dir)
     index_path = _parts(output_dir, "index.pickle")
     with tf.io.gfile.GFile(index_path, "wb") as f:
@@ -368,7 +369,10 @@ def write(idx: index_lib.Index, output_dir: str, plan: str, runner: str, flags: 
     except Exception:
         if tf.io.gfile.exists(layout_path):
             lay = _read_json(layout_path)
-            if lay.get("failed"):
+            if lay.get("failed"):  # nothing written, nothing to resume: as the single writer
+                _clean(output_dir)
+                if not existed and not _listing(output_dir):
+                    tf.io.gfile.rmtree(output_dir)
                 records = [shards_guard_record(path, why) for _, path, why in lay["bad"]]
                 raise shard_writer.BadFilesError(records, n_all, shard_writer.bad_files_message(
                     records, n_all, on_error)) from None
