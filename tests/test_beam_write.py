@@ -284,3 +284,24 @@ def test_beam_convert_benchmark_runs_both_writers_and_finds_the_same_shards(beam
     assert [x["num_examples"] for x in res["runs"]["single"] + res["runs"]["beam"]] == [36, 36]
     assert res["start"]["num_examples"] == 4 and res["paper"][0]["workers"] == 10
     assert "beam / single images/s" in r.stdout and "paper: 10,000,000 images" in r.stdout
+
+
+@pytest.mark.beam
+def test_segmentation_pairs_write_the_single_process_writers_shards(beam, tmp_path):
+    rng = np.random.RandomState(3)
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    for c in ("a", "b"):
+        os.makedirs(images / c)
+        os.makedirs(masks / c)
+        for k in range(4):
+            Image.fromarray(rng.randint(0, 256, (12, 10, 3), np.uint8)).save(
+                images / c / f"im{k}.jpg")
+            Image.fromarray(rng.randint(0, 3, (12, 10), np.uint8), "L").save(
+                masks / c / f"im{k}.{'bmp' if k == 3 else 'png'}")
+    src = pipeline.from_directory(str(images), masks_dir=str(masks), shuffle=False,
+                                  image_size=(8, 8), batch_size=None)
+    a = shards.write_tfrecords(src, str(tmp_path / "one"), 3, progress=False)
+    b = shards.write_tfrecords(src, str(tmp_path / "beam"), 3, progress=False,
+                               beam_runner="DirectRunner", beam_options=IN_PROCESS)
+    assert a == b and a["has_masks"] and a["mask_formats"] == {"png": 6, "bmp": 2}
+    assert _files(str(tmp_path / "one")) == _files(str(tmp_path / "beam"))
