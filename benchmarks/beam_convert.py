@@ -7,7 +7,7 @@ subprocess: ``single`` (``pipeline.write_tfrecords``, a thread per shard) and ``
 and ``--beam_workers`` worker processes), alternated ``--repeats`` times. Reports each run's
 wall time, images/s, CPU seconds (the run's process and every process it waited for: Beam's
 workers) and CPU-ms per image, the ratio beam / single of images/s, whether both wrote the
-same shards (SHA-256 of every shard), and a paper estimate for ``--paper_images`` images on
+same shards (the SHA-256 of every shard's records), and a paper estimate for ``--paper_images`` images on
 each of ``--paper_workers`` workers of ``--worker_cores`` cores: the measured Beam start
 (a run on ``--start_images`` photos) + images x the CPU-ms per image past the start (the full
 run's CPU less the start run's) / (workers x cores).
@@ -56,7 +56,7 @@ meta = shards.write_tfrecords(a["src"], a["out"], a["num_shards"], progress=Fals
                               on_error=a["on_error"], max_resolution=a["max_resolution"],
                               **a["beam"])
 print(json.dumps({"seconds": time.perf_counter() - t, "num_examples": meta["num_examples"],
-                  "sha256": [s["sha256"] for s in meta["shards"]]}))
+                  "sha256": [s["records_sha256"] for s in meta["shards"]]}))
 """
 
 

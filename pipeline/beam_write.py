@@ -127,7 +127,7 @@ def previous_run(output_dir: str, plan: str):
     found, seed, entries = None, None, {}
     if shard_writer.SIDECAR in listing:
         found = _read_json(sidecar_path)
-        entries = {e["file"]: e for e in found.get("shards", []) if "sha256" in e}
+        entries = {e["file"]: e for e in found.get("shards", []) if "records_sha256" in e}
     elif PARTS in listing and tf.io.gfile.exists(plan_path):
         found = _read_json(plan_path)
         seed = found.get("seed")
@@ -277,7 +277,8 @@ def _dofns():
         """A previous run's shard entry -> its name when the file is there, whole."""
         read.ensure_filesystem(output_dir, in_graph=True)
         path = read.join(output_dir, entry["file"])
-        if tf.io.gfile.exists(path) and shard_writer.file_sha256(path) == entry["sha256"]:
+        if tf.io.gfile.exists(path) and shard_writer.records_sha256(path) == entry[
+                "records_sha256"]:
             _write_json(_parts(output_dir, entry["file"] + ".json"), entry)
             _counter("shards_kept").inc()
             yield entry["file"]

@@ -2,7 +2,7 @@
 
 The record encoder (``encode_row``: a row's file as a ``tf.train.Example``, the in-graph
 re-encode of ``max_resolution`` by ``resolution_reencoder``), the shard writer
-(``write_shard_file``: the records in order, the file's SHA-256), the layout (``row_order``,
+(``write_shard_file``: the records in order and their SHA-256), the layout (``row_order``,
 ``shard_count``: row ``j`` of the written order goes to shard ``j % num_shards``), a
 conversion's identity (``plan_sha256``) and the sidecar (``sidecar``: ``dataset.json``).
 ``pipeline.shards.write_tfrecords`` drives them in one process, ``pipeline.beam_write`` on
@@ -268,16 +268,26 @@ def encode_row(idx: index_lib.Index, i: int, reencode=None):
     return record, fmt, has_exif, changed, mask_fmt
 
 
-def file_sha256(path: str) -> str:
-    """SHA-256 (hex) of a file's bytes, local or remote (``tf.io.gfile``)."""
+def _records_hash():
     import hashlib  # pylint: disable=import-outside-toplevel
-    h = hashlib.sha256()
-    with tf.io.gfile.GFile(path, "rb") as f:
-        while True:
-            block = f.read(8 * 2 ** 20)
-            if not block:
-                break
-            h.update(block)
+    return hashlib.sha256()
+
+
+def _add_record(h, record: bytes) -> None:
+    h.update(len(record).to_bytes(8, "little"))
+    h.update(record)
+
+
+def records_sha256(path: str) -> Optional[str]:
+    """SHA-256 (hex) of a shard's records as ``write_shard_file`` hashes them (each as its
+    8-byte little-endian length, then its bytes), read back with ``tf.data``; None when the
+    file cannot be read to its end (missing, truncated, a corrupt record)."""
+    h = _records_hash()
+    try:
+        for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            _add_record(h, record)
+    except (tf.errors.OpError, OSError):
+        return None
     return h.hexdigest()
 
 
@@ -289,17 +299,20 @@ def write_shard_file(output_dir: str, name: str, encoded, reencoding: bool, mask
     ``name`` once complete (a partial shard never bears a shard's name).
 
     Returns:
-        the shard's entry in ``dataset.json``: ``file``, ``num_examples``, ``sha256`` (of
-        the file's bytes), ``formats`` (stored format -> records), ``has_exif``; with
-        re-encoding, ``reencoded``; with masks, ``mask_formats``.
+        the shard's entry in ``dataset.json``: ``file``, ``num_examples``,
+        ``records_sha256`` (``records_sha256``: hashed while writing, the file is not read
+        back), ``formats`` (stored format -> records), ``has_exif``; with re-encoding,
+        ``reencoded``; with masks, ``mask_formats``.
     """
     final = read.join(output_dir, name)
     target = f"{final}.tmp-{os.getpid()}-{id(encoded):x}" if temporary else final
     fmt_counts, mask_counts = collections.Counter(), collections.Counter()
     exif, changed, count = False, 0, 0
+    h = _records_hash()
     with tf.io.TFRecordWriter(target) as writer:
         for record, fmt, has_exif, new, mask_fmt in encoded:
             writer.write(record)
+            _add_record(h, record)
             fmt_counts[fmt or "unknown"] += 1
             exif = exif or has_exif
             changed += int(new)
@@ -308,7 +321,7 @@ def write_shard_file(output_dir: str, name: str, encoded, reencoding: bool, mask
             count += 1
             if on_record is not None:
                 on_record()
-    entry = {"file": name, "num_examples": count, "sha256": file_sha256(target),
+    entry = {"file": name, "num_examples": count, "records_sha256": h.hexdigest(),
              "formats": dict(fmt_counts), "has_exif": exif}
     if reencoding:
         entry["reencoded"] = changed

@@ -35,7 +35,7 @@ from pipeline import read
 from pipeline.shard_writer import (  # noqa: F401  the writing side, re-exported
     DEFAULT_JPEG_QUALITY, FEWER_SHARDS, SHARD_PATTERN, SIDECAR, SIDECAR_FORMAT,
     TARGET_SHARD_BYTES, BadFilesError, bad_files_message, encode_row, fewer_shards_message,
-    file_sha256, plan_sha256, resolution_reencoder, row_order, shard_count, sidecar,
+    plan_sha256, records_sha256, resolution_reencoder, row_order, shard_count, sidecar,
     stored_path, write_shard_file)
 
 
@@ -195,9 +195,9 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             ``pip install '.[beam]'``) and writes the same shards and the same
             ``dataset.json`` as this process would (each row's shard and place by the
             same seeded order; the same encoder, ``encode_row``). A rerun into the same
-            ``output_dir`` keeps the shards already complete (their counts and
-            SHA-256 checked against ``dataset.json`` or the per-shard entries of an
-            unfinished run) and writes only the others; each shard is written under a
+            ``output_dir`` keeps the shards already complete (their records' count
+            and SHA-256 checked against ``dataset.json`` or the per-shard entries of
+            an unfinished run) and writes only the others; each shard is written under a
             temporary name and renamed once complete. With ``on_error``, the check
             runs on the workers and bad files reach ``skipped`` through a tagged
             side output.
@@ -212,7 +212,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     Returns:
         dict, the sidecar written to ``output_dir/dataset.json``: ``class_names``,
         ``label_kind`` ("int", "float", "vector" or None), ``num_examples``,
-        ``shards`` (list of {"file", "num_examples", "sha256", "formats",
+        ``shards`` (list of {"file", "num_examples", "records_sha256", "formats",
         "has_exif"}, + "reencoded" with ``max_resolution``, "mask_formats" with
         masks), ``formats``, ``has_exif``, ``plan_sha256`` (``plan_sha256``: the
         rows and options converted);
