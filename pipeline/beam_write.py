@@ -70,7 +70,9 @@ def pipeline_options(runner: str, flags: List[str]):
     Raises:
         ValueError: a flag that no Beam options class defines (named, with the closest
             known flag).
+        ImportError: apache-beam is not installed (``require_beam``).
     """
+    require_beam()
     from apache_beam.options import pipeline_options as po  # pylint: disable=import-outside-toplevel
     options = po.PipelineOptions(flags, runner=runner)
     known = options.get_all_options()

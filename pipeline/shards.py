@@ -260,7 +260,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                          f"a file. {checks.received('output_dir', output_dir)}")
     if beam_runner is not None:
         from pipeline import beam_write  # pylint: disable=import-outside-toplevel
-        beam_write.require_beam()
+        beam_write.pipeline_options(beam_runner, beam_flags)  # Beam installed, its options known
     idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
     read.ensure_filesystem(output_dir, in_graph=True)
     plan_options = dict(shuffle=shuffle, seed=seed, num_shards=num_shards, on_error=on_error,
