@@ -14,6 +14,7 @@ import functools
 import inspect
 import numbers
 import os
+import re
 import tempfile
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
@@ -388,3 +389,73 @@ def check_output_outside(output_dir, source, root=None, manifest_root: bool = Fa
         raise ValueError(
             f"`output_dir` must not be the manifest's root ({named}) or a folder inside it: "
             f"the shards and dataset.json would be written among its images. {given}")
+
+
+# Beam's runner names (apache_beam.runners.runner), as write_tfrecords(beam_runner=) takes them;
+# a runner class's dotted path ("package.module.MyRunner") is taken too.
+BEAM_RUNNERS = ("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner", "PrismRunner",
+                "PortableRunner", "FnApiRunner", "BundleBasedDirectRunner",
+                "SwitchingDirectRunner")
+_BEAM_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+BEAM_OPTIONS_FORMS = ("a comma-separated 'key=value,key=value' string (e.g. "
+                      "'direct_running_mode=multi_processing,direct_num_workers=2') or a list "
+                      "of '--flag=value' / '--flag' strings (e.g. ['--project=my-project', "
+                      "'--experiments=a,b'])")
+
+
+def check_beam(beam_runner, beam_options):
+    """Validates ``write_tfrecords``' ``beam_runner`` and ``beam_options``; needs no Beam.
+
+    Returns:
+        (the runner name or None, the options as a list of ``--flag[=value]`` strings).
+
+    Raises:
+        ValueError: ``beam_runner`` not None, one of ``BEAM_RUNNERS`` or a dotted class
+            path; ``beam_options`` malformed (an empty item, an item without ``=``, a
+            key that is not an identifier, a ``runner`` key: give it as ``beam_runner``)
+            or given without ``beam_runner`` (each names the value and the accepted
+            forms).
+    """
+    if beam_runner is None:
+        if beam_options not in (None, "", []):
+            raise ValueError("`beam_options` is only used with `beam_runner` (e.g. "
+                             "beam_runner='DirectRunner'). "
+                             f"{received('beam_options', beam_options)}")
+        return None, []
+    if not isinstance(beam_runner, str) or not (
+            beam_runner in BEAM_RUNNERS or _DOTTED.fullmatch(beam_runner)):
+        raise ValueError(f"`beam_runner` must be one of {', '.join(BEAM_RUNNERS)} or a runner "
+                         "class's dotted path (e.g. 'my_package.runners.MyRunner'). "
+                         f"{received('beam_runner', beam_runner)}")
+    if beam_options is None:
+        return beam_runner, []
+    if isinstance(beam_options, str):
+        items = [x.strip() for x in beam_options.split(",")] if beam_options.strip() else []
+        flags = []
+        for item in items:
+            key, eq, _ = item.partition("=")
+            if not eq or not _BEAM_KEY.fullmatch(key.strip()):
+                raise ValueError(
+                    f"`beam_options` item {item!r} is not key=value with an identifier key; "
+                    f"`beam_options` is {BEAM_OPTIONS_FORMS}. "
+                    f"{received('beam_options', beam_options)}")
+            flags.append("--" + key.strip() + "=" + item.partition("=")[2])
+    elif isinstance(beam_options, (list, tuple)):
+        flags = list(beam_options)
+        for item in flags:
+            key = item[2:].partition("=")[0] if isinstance(item, str) else ""
+            if not (isinstance(item, str) and item.startswith("--")
+                    and _BEAM_KEY.fullmatch(key)):
+                raise ValueError(
+                    f"`beam_options` item {item!r} is not '--flag=value' or '--flag'; "
+                    f"`beam_options` is {BEAM_OPTIONS_FORMS}. "
+                    f"{received('beam_options', beam_options)}")
+    else:
+        raise ValueError(f"`beam_options` must be {BEAM_OPTIONS_FORMS}. "
+                         f"{received('beam_options', beam_options)}")
+    for item in flags:
+        if item[2:].partition("=")[0] == "runner":
+            raise ValueError("`beam_options` must not hold the runner: give it as "
+                             f"`beam_runner`. {received('beam_options', beam_options)}")
+    return beam_runner, flags

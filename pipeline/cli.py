@@ -128,7 +128,24 @@ NO_CLASS_HINTS = {
 EPILOGS = {
     "bench": "Exit status: 0 every candidate ran, 1 a candidate failed, 2 a usage error.",
     "scan": "Exit status: 0 every file decodes, 1 bad files found, 2 a usage error.",
-    "convert": "Exit status: 0 written, 1 bad files with --on_error=raise, 2 a usage error.",
+    "convert": (
+        "On Apache Beam (pip install '.[beam]'): the same shards and dataset.json from any "
+        "runner; a rerun into the same OUT keeps the shards already complete.\n"
+        "  local, 2 processes:\n"
+        "    python -m pipeline convert photos/ shards/ --beam_runner=DirectRunner \\\n"
+        "      --beam_options=direct_running_mode=multi_processing,direct_num_workers=2\n"
+        "  Dataflow (the workers install the package's wheel: pip wheel --no-deps -w dist .):\n"
+        "    python -m pipeline convert gs://bucket/photos/ gs://bucket/shards/ --num_shards=1024 "
+        "--beam_runner=DataflowRunner \\\n"
+        "      --beam_options=project=my-project,region=us-central1,temp_location=gs://bucket/tmp,"
+        "max_num_workers=100,extra_package=dist/tf_image_pipeline-0.1.0-py3-none-any.whl\n"
+        "  Spark (a Spark master at spark-host:7077; an SDK image holding this package):\n"
+        "    python -m pipeline convert /mnt/nfs/photos/ /mnt/nfs/shards/ --num_shards=1024 "
+        "--beam_runner=SparkRunner \\\n"
+        "      --beam_options=spark_master_url=spark://spark-host:7077,environment_type=DOCKER,"
+        "environment_config=registry.example/pipeline-beam:0.1.0\n"
+        "docs/scale-out.md says more.\n"
+        "Exit status: 0 written, 1 bad files with --on_error=raise, 2 a usage error."),
     "service": "Flags marked 'dispatcher:' or 'worker:' apply to that role only.",
 }
 _BOOLS: Dict[str, set] = {}  # command -> its boolean flags (--name, --noname)
@@ -178,7 +195,7 @@ def _flags(bench_flags: list) -> Dict[str, list]:
             ("progress", True, "Show a progress bar of the files decoded (stderr).")],
         "convert": [
             ("num_shards", None, "Shards to write (default: ~1 per 128 MiB).", int),
-            ("num_workers", None, "Writer threads.", int),
+            ("num_workers", None, "Writer threads (not with --beam_runner).", int),
             ("max_resolution", None, "Store each image as a JPEG, shorter side at most this.", int),
             ("jpeg_quality", 90, "JPEG quality (1-100) of the images --max_resolution re-encodes."),
             ("shuffle", True, "Write the rows in a seeded random order (--seed)."),
@@ -186,8 +203,13 @@ def _flags(bench_flags: list) -> Dict[str, list]:
             ("on_error", "raise", "A bad file: 'raise' (exit 1, nothing written) or 'skip'."),
             ("max_pixels", checks.DEFAULT_MAX_PIXELS, bomb + ".")]
         + [(f[0], f[1], f[2].format("SRC"), *f[3:]) for f in manifest] + [
+            ("beam_runner", None, "Convert on Apache Beam with this runner: DirectRunner, "
+             "DataflowRunner, FlinkRunner, SparkRunner, ... (see below).", "RUNNER"),
+            ("beam_options", None, "Beam's pipeline options as key=value,key=value (with "
+             "--beam_runner).", "K=V,..."),
             ("json", False, "End with the result as one JSON line, not the summary line."),
-            ("progress", True, "Show progress bars of the files checked and written (stderr).")],
+            ("progress", True, "Show progress bars of the files checked and written (stderr); "
+             "on Beam, the job's counters when it ends.")],
         "service": service_args.FLAGS,
         "doctor": [("json", False, "Print the report as JSON instead of aligned lines."),
                    ("json_out", None, "Also write the stack report as JSON to this file.", "FILE")]}
@@ -462,6 +484,7 @@ def cmd_scan(args) -> int:
 
 def _check_convert(args) -> None:
     _check_scan(args)
+    checks.check_beam(args.beam_runner, args.beam_options)
     checks.check_output_outside(args.out, args.source, args.root, manifest_root=True)
     checks.check_folder("output_dir", args.out)
 
@@ -479,7 +502,8 @@ def cmd_convert(args) -> int:
             args.source, args.out, args.num_shards, shuffle=args.shuffle, seed=args.seed,
             progress=args.progress, num_workers=args.num_workers, on_error=args.on_error,
             max_pixels=args.max_pixels, max_resolution=args.max_resolution,
-            jpeg_quality=args.jpeg_quality, **_manifest_flags(args))
+            jpeg_quality=args.jpeg_quality, beam_runner=args.beam_runner,
+            beam_options=args.beam_options, **_manifest_flags(args))
     except shards.BadFilesError as e:
         head, *lines = shards.bad_files_lines(e, args.on_error)
         print(f"pipeline convert: {user_names('convert', head)}", *lines, sep="\n",

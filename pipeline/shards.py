@@ -3,7 +3,10 @@
 ``write_tfrecords`` stores each image's ENCODED bytes (never pixels) in
 ``tf.train.Example`` records (the file's own bytes, or, with ``max_resolution``, a
 JPEG re-encoded in graph with its shorter side at that many pixels), one thread per shard, with a small JSON sidecar
-(``dataset.json``: class names, label kind, examples per shard, formats).
+(``dataset.json``: class names, label kind, examples per shard, formats); with
+``beam_runner``, as an Apache Beam pipeline (``pipeline.beam_write``) writing the same
+shards. The writing parts both share (encoder, shard writer, layout, sidecar) are in
+``pipeline.shard_writer``.
 ``open_records`` describes the shards as ``Records``: the plan
 (``pipeline.plan.records``) reads them with a parallel interleave and the
 bytes go through the very graph ``from_directory`` builds (decode, resize,
@@ -12,18 +15,15 @@ the bad-file policy, batching).
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
 import inspect
 import json
-import math
 import os
 from typing import Callable, List, Optional, Sequence, Set
 
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
 from pipeline import assemble
 from pipeline import checks
@@ -32,11 +32,11 @@ from pipeline import formats
 from pipeline import index as index_lib
 from pipeline import manifest as manifest_lib
 from pipeline import read
-
-SIDECAR = "dataset.json"
-SIDECAR_FORMAT = "pipeline.tfrecord/1"
-SHARD_PATTERN = "data-{:05d}-of-{:05d}.tfrecord"
-TARGET_SHARD_BYTES = 128 * 2 ** 20
+from pipeline.shard_writer import (  # noqa: F401  the writing side, re-exported
+    DEFAULT_JPEG_QUALITY, FEWER_SHARDS, SHARD_PATTERN, SIDECAR, SIDECAR_FORMAT,
+    TARGET_SHARD_BYTES, BadFilesError, bad_files_message, encode_row, fewer_shards_message,
+    plan_sha256, records_sha256, resolution_reencoder, row_order, shard_count, sidecar,
+    stored_path, write_shard_file)
 
 
 def source_index(source, skip_missing: bool = False, **index_kw) -> index_lib.Index:
@@ -66,47 +66,6 @@ def source_index(source, skip_missing: bool = False, **index_kw) -> index_lib.In
     return index_lib.index_paths(source, **index_kw)
 
 
-def _feature_bytes(v: bytes):
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
-
-
-def _feature_ints(v):
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=list(v)))
-
-
-def _feature_floats(v):
-    return tf.train.Feature(float_list=tf.train.FloatList(value=list(v)))
-
-
-class BadFilesError(RuntimeError):
-    """``write_tfrecords(on_error="raise")`` met bad files (or ``"skip"`` left none).
-
-    Attributes:
-        records: list of ``pipeline.ErrorRecord(path, reason)``, every bad
-            file in index order.
-        num_files: int, the files indexed.
-    """
-
-    def __init__(self, records: List, num_files: int, message: str):
-        super().__init__(message)
-        self.records = records
-        self.num_files = num_files
-
-
-def _bad_files_message(records, num_files: int, on_error: str) -> str:
-    from pipeline import guard  # pylint: disable=import-outside-toplevel
-    if on_error == "skip":
-        head = f"all {num_files} files are bad: no record to write"
-    else:
-        head = (f"cannot write file {records[0].path} ({records[0].reason}); {len(records)} "
-                f"bad files of {num_files}, nothing written (on_error='skip' leaves them out)")
-    return f"pipeline: {head}. {guard.summarize(records)}"
-
-
-FEWER_SHARDS = "write_tfrecords: wrote fewer shards than asked"
-DEFAULT_JPEG_QUALITY = 90
-
-
 def check_resolution(max_resolution, jpeg_quality):
     """Validates ``write_tfrecords``' re-encode options; returns them as ints.
 
@@ -120,67 +79,6 @@ def check_resolution(max_resolution, jpeg_quality):
         raise ValueError("`jpeg_quality` must be an integer in [1, 100] (libjpeg's quality "
                          f"scale). {checks.received('jpeg_quality', jpeg_quality)}")
     return max_resolution, jpeg_quality
-
-
-def resolution_reencoder(max_resolution: int, jpeg_quality: int,
-                         max_pixels: Optional[int] = None):
-    """The in-graph re-encode of ``write_tfrecords(max_resolution=...)``.
-
-    Returns a ``tf.function`` ``f(contents: str scalar) -> (bytes: str scalar,
-    changed: bool scalar)``. The file is decoded by the factories' decoder
-    (``pipeline.decode.Decoder``: every format, the bomb guard, the EXIF orientation
-    applied, RGB); when its shorter side is above ``max_resolution``, it is resized so
-    that the shorter side is ``max_resolution`` pixels and the longer one keeps the
-    aspect ratio (rounded), by ``tf.image.resize(..., antialias=True)`` (bilinear with
-    a kernel widened by the reduction factor, as Pillow's reducing filters), rounded
-    to uint8; it is then encoded by ``tf.io.encode_jpeg(quality=jpeg_quality)``
-    (4:2:0, no EXIF: the pixels are upright). A file whose shorter side is at most
-    ``max_resolution`` (never upscaled) is re-encoded only when it is a JPEG with an
-    EXIF orientation other than 1 (to store it upright); otherwise, and for a file
-    the decoder refuses (a reason), ``changed`` is False and the bytes are the
-    file's own. A decoder error (corrupt data) raises ``tf.errors.OpError``.
-    """
-    from pipeline import decode as decode_lib  # pylint: disable=import-outside-toplevel
-    dec = decode_lib.Decoder(channels=3, max_pixels=max_pixels or checks.DEFAULT_MAX_PIXELS)
-    n = int(max_resolution)
-
-    @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
-    def reencode(contents):
-        words = decode_lib.header_words(contents)
-        rotated = tf.cond(decode_lib.is_jpeg(words),
-                          lambda: decode_lib.exif_orientation(contents, words) > 1,
-                          lambda: tf.constant(False))
-        image, reason = dec.decode(contents)
-        shape = tf.shape(image)
-        h, w = shape[0], shape[1]
-        short = tf.minimum(h, w)
-        scale = tf.cast(n, tf.float64) / tf.cast(short, tf.float64)
-        nh = tf.where(h <= w, n, tf.cast(tf.round(tf.cast(h, tf.float64) * scale), tf.int32))
-        nw = tf.where(h <= w, tf.cast(tf.round(tf.cast(w, tf.float64) * scale), tf.int32), n)
-        smaller = short > n
-        changed = tf.equal(reason, "") & (smaller | rotated)
-
-        def resized():
-            x = tf.image.resize(image, tf.stack([tf.maximum(nh, 1), tf.maximum(nw, 1)]),
-                                method="bilinear", antialias=True)
-            return tf.cast(tf.clip_by_value(tf.round(x), 0.0, 255.0), tf.uint8)
-
-        pixels = tf.cond(smaller, resized, lambda: image)
-        out = tf.cond(changed, lambda: tf.io.encode_jpeg(pixels, quality=jpeg_quality),
-                      lambda: contents)
-        return out, changed
-
-    return reencode
-
-
-def fewer_shards_message(asked: int, num_files: int, num_skipped: int = 0) -> str:
-    """Why ``write_tfrecords`` writes ``num_files`` shards when ``asked`` for more."""
-    files = f"{num_files} file{'s' if num_files != 1 else ''}"
-    left = (f" ({num_skipped} bad file{'s' if num_skipped != 1 else ''} left out)"
-            if num_skipped else "")
-    return (f"{FEWER_SHARDS}: {num_files} instead of num_shards={asked}, since there are "
-            f"only {files} to write{left} and a shard holds at least one record (one file "
-            "per shard).")
 
 
 def check_files(idx: index_lib.Index, on_error: str, max_pixels: Optional[int] = None,
@@ -207,7 +105,7 @@ def check_files(idx: index_lib.Index, on_error: str, max_pixels: Optional[int] =
     good = [k for k, p in enumerate(idx.paths) if p not in bad]
     if records and (on_error == "raise" or not good):
         raise BadFilesError(records, len(idx),
-                            _bad_files_message(records, len(idx), on_error))
+                            bad_files_message(records, len(idx), on_error))
     return (idx.subset(good) if records else idx), records
 
 
@@ -217,21 +115,13 @@ INDEX_KEYWORDS = tuple(sorted({
     for name in list(inspect.signature(fn).parameters)[1:]}))
 
 
-def row_order(n: int, seed: Optional[int]) -> np.ndarray:
-    """The written order of ``n`` rows: ``numpy.random.RandomState(seed).permutation(n)``.
-
-    A seed from 2**32 up seeds it with its two 32-bit words
-    (``config.numpy_random_state``). None: an unseeded order.
-    """
-    return config.numpy_random_state(seed).permutation(n)
-
-
 @checks.known_keywords(INDEX_KEYWORDS)
 def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                     shuffle: bool = True, seed: int = 0, progress: bool = True,
                     num_workers: Optional[int] = None, on_error: Optional[str] = None,
                     max_pixels: Optional[int] = None, max_resolution: Optional[int] = None,
-                    jpeg_quality: int = DEFAULT_JPEG_QUALITY, **index_kw) -> dict:
+                    jpeg_quality: int = DEFAULT_JPEG_QUALITY,
+                    beam_runner: Optional[str] = None, beam_options=None, **index_kw) -> dict:
     """Writes encoded images and their labels to TFRecord shards + a JSON sidecar.
 
     Each record is a ``tf.train.Example`` with features ``image`` (the file's
@@ -298,13 +188,34 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             An alpha channel is dropped (stored as RGB).
         jpeg_quality: int in [1, 100], the re-encode's JPEG quality (default
             90); used only with ``max_resolution``.
+        beam_runner: None (default: this process writes, a thread per shard), or a
+            Beam runner (``pipeline.checks.BEAM_RUNNERS``: "DirectRunner", "DataflowRunner",
+            "FlinkRunner", "SparkRunner", ..., or a runner class's dotted path): the
+            conversion runs as an Apache Beam pipeline (``pipeline.beam_write``; needs
+            ``pip install '.[beam]'``) and writes the same shards and the same
+            ``dataset.json`` as this process would (each row's shard and place by the
+            same seeded order; the same encoder, ``encode_row``). A rerun into the same
+            ``output_dir`` keeps the shards already complete (their records' count
+            and SHA-256 checked against ``dataset.json`` or the per-shard entries of
+            an unfinished run) and writes only the others; each shard is written under a
+            temporary name and renamed once complete. With ``on_error``, the check
+            runs on the workers and bad files reach ``skipped`` through a tagged
+            side output.
+        beam_options: None, a comma-separated ``"key=value,key=value"`` string or a
+            list of ``"--flag=value"`` / ``"--flag"`` strings: Beam's
+            ``PipelineOptions`` (e.g. ``"direct_running_mode=multi_processing,
+            direct_num_workers=2"``; use the list form for a value holding a comma).
+            Only with ``beam_runner``.
         **index_kw: passed to the indexer (e.g. ``class_names``, ``labels``,
             or the manifest options ``path_column``, ``label_columns``, ``root``).
 
     Returns:
         dict, the sidecar written to ``output_dir/dataset.json``: ``class_names``,
         ``label_kind`` ("int", "float", "vector" or None), ``num_examples``,
-        ``shards`` (list of {"file", "num_examples"}), ``formats``, ``has_exif``;
+        ``shards`` (list of {"file", "num_examples", "records_sha256", "formats",
+        "has_exif"}, + "reencoded" with ``max_resolution``, "mask_formats" with
+        masks), ``formats``, ``has_exif``, ``plan_sha256`` (``plan_sha256``: the
+        rows and options converted);
         with ``max_resolution``, ``max_resolution``, ``jpeg_quality`` and
         ``reencoded`` (the number of images re-encoded); with ``on_error``, ``skipped``: list of {"path", "reason"} of the bad
         files left out ([] when none).
@@ -312,8 +223,11 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     Raises:
         TypeError: an unknown keyword argument (the message names it and the
             closest valid name).
-        ValueError: a bad argument (named, with the value received);
-            ``output_dir`` is a file, or already holds shards or a ``dataset.json``; or
+        ValueError: a bad argument (named, with the value received; ``beam_runner``
+            not a known runner, ``beam_options`` malformed or naming an option Beam
+            does not know, ``num_workers`` with ``beam_runner``);
+            ``output_dir`` is a file, or already holds shards or a ``dataset.json``
+            (with ``beam_runner``: of another conversion, or not resumable); or
             ``output_dir`` is the folder ``source`` or inside it
             (``checks.check_output_outside``: the shards would become part of the
             folder; checked before anything is read or written).
@@ -321,6 +235,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             ``on_error="skip"`` (the message names the manifest line).
         BadFilesError: with ``on_error="raise"``, a bad file (every bad file
             is listed; nothing is written); with ``"skip"``, no good file.
+        ImportError: ``beam_runner`` without apache-beam installed (says
+            ``pip install '.[beam]'``).
     """
     if num_shards is not None:
         num_shards = checks.check_int("num_shards", num_shards)
@@ -331,13 +247,29 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     if max_pixels is not None:
         max_pixels = checks.check_int("max_pixels", max_pixels)
     max_resolution, jpeg_quality = check_resolution(max_resolution, jpeg_quality)
+    beam_runner, beam_flags = checks.check_beam(beam_runner, beam_options)
+    if beam_runner is not None and num_workers is not None:
+        raise ValueError("`num_workers` is the single-process writer's thread count; with "
+                         "`beam_runner` the runner decides the workers (e.g. beam_options="
+                         "'direct_num_workers=4' or Dataflow's 'max_num_workers=100'). "
+                         f"{checks.received('num_workers', num_workers)}")
     output_dir = os.fspath(output_dir)
     checks.check_output_outside(output_dir, source)
     if read.exists(output_dir) and not read.isdir(output_dir):
         raise ValueError(f"`output_dir` must be a folder (new or existing); {output_dir!r} is "
                          f"a file. {checks.received('output_dir', output_dir)}")
+    if beam_runner is not None:
+        from pipeline import beam_write  # pylint: disable=import-outside-toplevel
+        beam_write.pipeline_options(beam_runner, beam_flags)  # Beam installed, its options known
     idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
     read.ensure_filesystem(output_dir, in_graph=True)
+    plan_options = dict(shuffle=shuffle, seed=seed, num_shards=num_shards, on_error=on_error,
+                        max_pixels=max_pixels, max_resolution=max_resolution,
+                        jpeg_quality=jpeg_quality)
+    plan = plan_sha256(idx, **plan_options)
+    if beam_runner is not None:
+        return beam_write.write(idx, output_dir, plan, beam_runner, beam_flags,
+                                progress=progress, **plan_options)
     try:
         listing = tf.io.gfile.listdir(output_dir)
     except tf.errors.NotFoundError:  # a new folder (object stores have no empty "folders")
@@ -353,14 +285,8 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         idx, skipped = check_files(idx, on_error, max_pixels=max_pixels, progress=progress)
     n = len(idx)
     order = row_order(n, seed) if shuffle else np.arange(n)
-    if num_shards is None:
-        total = int(idx.sizes().clip(0).sum())
-        num_shards = max(1, math.ceil(total / TARGET_SHARD_BYTES))
-    if num_shards > n:
-        logging.warning("%s", fewer_shards_message(num_shards, n, len(skipped)))
-        num_shards = n
+    num_shards = shard_count(num_shards, n, idx.sizes, len(skipped))
     tf.io.gfile.makedirs(output_dir)
-    kind = idx.label_kind
     workers = num_workers or min(num_shards, 2 * checks.cpu_count())
     names = [SHARD_PATTERN.format(k, num_shards) for k in range(num_shards)]
 
@@ -372,90 +298,20 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     from tqdm.auto import tqdm
     bar = tqdm(total=n, unit="img", desc="write_tfrecords", disable=not progress)
 
-    mask_fmts = collections.Counter()
-
     def write_shard(k):
-        fmt_counts, exif, changed = collections.Counter(), False, 0
         rows = order[k::num_shards].tolist()
-        with tf.io.TFRecordWriter(read.join(output_dir, names[k])) as writer:
-            for i in rows:
-                path = idx.paths[i]
-                contents, error = read.try_read(path)
-                head = contents[:4096]
-                fmt = formats.sniff_bytes(head)
-                has_exif = fmt == "jpeg" and b"Exif\x00\x00" in head
-                if not error:
-                    if not contents:
-                        error = "empty file (0 bytes)"
-                    elif i in idx.errors:
-                        error = idx.errors[i]
-                    elif fmt is None:
-                        error = formats.describe_start(head)
-                if reencode is not None and not error:
-                    try:
-                        out, new = reencode(tf.constant(contents))
-                    except tf.errors.OpError:  # corrupt: stored as it is; the reader names it
-                        new = False
-                    if bool(new):
-                        contents, fmt, has_exif = out.numpy(), "jpeg", False
-                        changed += 1
-                fmt_counts[fmt or "unknown"] += 1
-                exif = exif or has_exif
-                feats = {
-                    "image": _feature_bytes(contents),
-                    "path": _feature_bytes(stored_path(path).encode()),
-                    "format": _feature_bytes((fmt or "").encode()),
-                    "has_exif": _feature_ints([int(has_exif)]),
-                    "error": _feature_bytes(error.encode()),
-                }
-                if kind == "int":
-                    feats["label"] = _feature_ints([int(idx.labels[i])])
-                elif kind == "float":
-                    feats["label"] = _feature_floats([float(idx.labels[i])])
-                elif kind == "vector":
-                    feats["label"] = _feature_floats(idx.labels[i].tolist())
-                if idx.weights is not None:
-                    feats["weight"] = _feature_floats([float(idx.weights[i])])
-                if idx.mask_paths is not None:
-                    feats.update(_mask_features(idx.mask_paths[i], error, mask_fmts))
-                    error = feats.pop("_error")
-                    feats["error"] = _feature_bytes(error.encode())
-                writer.write(tf.train.Example(
-                    features=tf.train.Features(feature=feats)).SerializeToString())
-                bar.update(1)
-        return {"file": names[k], "num_examples": len(rows)}, fmt_counts, exif, changed
+        encoded = (encode_row(idx, i, reencode) for i in rows)
+        return write_shard_file(output_dir, names[k], encoded, max_resolution is not None,
+                                idx.mask_paths is not None, on_record=lambda: bar.update(1))
 
     try:
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             results = list(pool.map(write_shard, range(num_shards)))
     finally:
         bar.close()
-    all_formats = collections.Counter()
-    for _, f, _, _ in results:
-        all_formats.update(f)
-    label_size = int(idx.labels.shape[1]) if kind == "vector" and n else None
-    num_classes = (len(idx.class_names) if idx.class_names else
-                   (int(idx.labels.max()) + 1 if kind == "int" else label_size))
-    meta = {
-        "format": SIDECAR_FORMAT,
-        "class_names": list(idx.class_names) if idx.class_names else None,
-        "num_classes": num_classes,
-        "label_kind": kind,
-        "label_size": label_size,
-        "has_weights": idx.weights is not None,
-        "num_examples": n,
-        "shards": [r for r, _, _, _ in results],
-        "formats": dict(all_formats),
-        "has_exif": any(e for _, _, e, _ in results),
-    }
-    if max_resolution is not None:
-        meta.update(max_resolution=max_resolution, jpeg_quality=jpeg_quality,
-                    reencoded=sum(c for _, _, _, c in results))
-    if idx.mask_paths is not None:
-        meta["has_masks"] = True
-        meta["mask_formats"] = dict(mask_fmts)
-    if on_error is not None:
-        meta["skipped"] = [{"path": r.path, "reason": r.reason} for r in skipped]
+    meta = sidecar(idx, results, plan, max_resolution, jpeg_quality,
+                   None if on_error is None else
+                   [{"path": r.path, "reason": r.reason} for r in skipped])
     with tf.io.gfile.GFile(read.join(output_dir, SIDECAR), "w") as f:
         f.write(json.dumps(meta, indent=1))
     return meta
@@ -509,26 +365,6 @@ def about_path(error: Exception, path: str) -> bool:
     text = " ".join(str(x) for x in (getattr(error, "filename", None),
                                      getattr(error, "filename2", None), error) if x)
     return any(p and p in text for p in {path.rstrip("/"), os.path.abspath(path)})
-
-
-def _mask_features(mask_path: str, error: str, counts) -> dict:
-    """A pair's mask as record features (and the record's error, "_error")."""
-    contents, mask_error = read.try_read(mask_path) if mask_path else (b"", "")
-    fmt = formats.sniff_bytes(contents[:4096])
-    counts[fmt or "unknown"] += 1
-    if not error and mask_path and (mask_error or not contents or fmt is None):
-        why = mask_error or ("empty file (0 bytes)" if not contents
-                             else formats.describe_start(contents[:4096]))
-        error = f"mask {mask_path}: {why}"
-    return {"mask": _feature_bytes(contents),
-            "mask_path": _feature_bytes(stored_path(mask_path).encode() if mask_path else b""),
-            "_error": error}
-
-
-def stored_path(path: str) -> str:
-    """The ``path`` a record stores: a local file's absolute path (the records are
-    read from other folders), a URI unchanged."""
-    return path if read.is_remote(path) else os.path.abspath(path)
 
 
 def list_files(files) -> List[str]:

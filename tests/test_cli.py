@@ -1836,3 +1836,29 @@ def test_received_echoes_a_checked_flags_number_as_typed():
 def test_version_help_has_no_default():
     line = next(l for l in cli.main_help().splitlines() if "--version" in l)
     assert "default" not in line and "print the version" in line
+
+
+def test_convert_help_shows_a_local_a_dataflow_and_a_spark_beam_command():
+    text = cli.command_help("convert")
+    assert "--beam_runner RUNNER" in text and "--beam_options K=V,..." in text
+    assert "--beam_runner=DirectRunner" in text and "direct_num_workers=2" in text
+    assert "--beam_runner=DataflowRunner" in text and "temp_location=gs://" in text
+    assert "--beam_runner=SparkRunner" in text and "spark_master_url=spark://" in text
+    assert "pip install '.[beam]'" in text
+
+
+def test_bad_beam_runner_and_options_are_usage_errors_before_tensorflow_loads(tmp_path):
+    from conftest import solid
+    solid(str(tmp_path / "src" / "cat" / "a.png"), 9)
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    got = _usage_errors([["convert", src, out, "--beam_runner=Direct"],
+                         ["convert", src, out, "--beam_runner=DirectRunner",
+                          "--beam_options=direct_num_workers"],
+                         ["convert", src, out, "--beam_options=direct_num_workers=2"]])
+    assert [(code, loaded) for code, _, loaded in got] == [(2, False)] * 3
+    assert got[0][1].startswith("pipeline convert: error: --beam_runner must be one of "
+                                "DirectRunner, DataflowRunner, FlinkRunner, SparkRunner")
+    assert got[0][1].endswith("Received: --beam_runner='Direct'")
+    assert "--beam_options item 'direct_num_workers' is not key=value" in got[1][1]
+    assert "only used with --beam_runner" in got[2][1]
+    assert not os.path.exists(out)
