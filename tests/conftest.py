@@ -147,3 +147,25 @@ def run_cli(*args):
     finally:
         flags.FLAGS.unparse_flags()
     return code, out.getvalue(), err.getvalue()
+
+
+# --- CPU time per test ------------------------------------------------------------------------
+# PIPELINE_TEST_CPU_LOG=<file> appends one line per test: its CPU seconds (this process's user +
+# system time, all threads, plus that of the subprocesses it waited for), its wall seconds and
+# its id. CPU time is what a busy machine does not inflate: the figure to rank tests by when
+# deciding what the default tier can afford (docs/install.md).
+_CPU_LOG = os.environ.get("PIPELINE_TEST_CPU_LOG")
+if _CPU_LOG:
+    import resource
+    import time as _time
+
+    def _cpu():
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        c0, w0 = _cpu(), _time.monotonic()
+        yield
+        with open(_CPU_LOG, "a") as f:
+            f.write(f"{_cpu() - c0:.2f}\t{_time.monotonic() - w0:.2f}\t{item.nodeid}\n")

@@ -146,8 +146,12 @@ def test_error_budget(mixed):
     # Found by a fresh-eyes user: elements cancelled while the failed iterator was torn
     # down were recorded as bad files. Only bad files are recorded, and a new epoch
     # raises again.
+    # The record is written by the tf.data threads that ran the failed elements: wait for
+    # them (at most 30 s), then check that only the bad files are there.
     import time
-    time.sleep(1)
+    deadline = time.monotonic() + 30
+    while len(pipeline.errors(ds)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
     recorded = [r.path for r in pipeline.errors(ds)]
     assert len(recorded) == 4 and set(recorded) <= set(bad)
     with pytest.raises(tf.errors.InvalidArgumentError, match="ErrorBudgetExceeded"):
