@@ -521,6 +521,12 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             "2.16 with tensorflow-io (its S3 file system reads in graph), or write the "
             f"images to TFRecord shards on a local disk or gs://. Received: service={opts.service!r}")
 
+    damaged_py = None
+    if records is not None:
+        mine, _ = plan_lib.record_files(records.files, opts)
+        # the damaged shards this pipeline reads, named from Python (rare path)
+        damaged_py = lambda: records.damaged_py(mine)  # noqa: E731
+
     def elements(epoch_key):
         """The plan (sharded, shuffled), numbered for the guard, with its seeds and
         an end-of-epoch sentinel (``guard.chunked``); remote contents fetched."""
@@ -530,7 +536,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
                 else tf.zeros([idx.labels.shape[1]], tf.float32)
         else:
             serialized, expected = plan_lib.records(
-                records.files, records.counts, opts, tf.data.TFRecordDataset, records.buffer_size,
+                records.files, records.counts, opts, records.read_shard, records.buffer_size,
                 epoch_key)
             plan = serialized.map(graph_fn(records.parse), num_parallel_calls=opts.parallelism,
                                   deterministic=True)
@@ -593,7 +599,8 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         Variable-size (native) images cannot be batched: checked one by one."""
         ds = ds.batch(batch_size or (guard.CHUNK if opts.image_size else 1))
         ds = ds.scan(guard.initial_state(), graph_fn(guard.check_fn(
-            opts, error_log, src, expected, records.lost_detail if records else None)))
+            opts, error_log, src, expected, records.lost_detail if records else None,
+            damaged_py)))
         if batch_size:
             # A batch can end up empty (it held only the sentinel, or only bad files).
             return ds.filter(graph_fn(lambda image, *rest: tf.shape(image)[0] > 0))

@@ -339,7 +339,7 @@ def initial_state():
 
 
 def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
-             lost_detail: Optional[Callable]):
+             lost_detail: Optional[Callable], damaged_py: Optional[Callable] = None):
     """The ``scan`` function that applies the on_error policy to a chunk of mapped elements.
 
     Elements are ``(image, label, weight, key, pos, window, reason)``; the state
@@ -359,7 +359,7 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
     raise_mode = opts.on_error == "raise"
     python_ok = not opts.service  # py_function cannot run on service workers
     rare_path = rare_path_py if python_ok else rare_path_graph
-    rare = rare_path(opts, error_log, source, expected, lost_detail)
+    rare = rare_path(opts, error_log, source, expected, lost_detail, damaged_py)
 
     def check(state, batch):
         last, delivered = state
@@ -418,7 +418,7 @@ def _exceeded(e: ErrorBudgetExceeded) -> str:
 
 
 def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
-                 lost_detail: Optional[Callable]):
+                 lost_detail: Optional[Callable], damaged_py: Optional[Callable] = None):
     """The rare path of ``check_fn`` where Python runs: one ``tf.py_function``
     (``RECORDER_OP_NAME``) that, in this order, reports elements lost upstream
     (raised, or recorded as "<source>"), names the files of the chunk that were
@@ -454,16 +454,37 @@ def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[i
         sentinel_ = np.array([r == SENTINEL.encode() for r in reason])
         bad = np.array([len(r) > 0 for r in reason]) & ~sentinel_
         if expected is not None and np.any(sentinel_ & (pos != expected)):
-            m = _lost_upstream_head(int(np.max(np.where(sentinel_, expected - pos, 0))),
-                                    expected).encode()
-            m += (b" (e.g. a corrupt TFRecord shard)" if lost_detail is None
-                  else b"; damaged: " + lost_detail().numpy())
-            if raise_mode:
-                return m
-            try:
-                error_log.add("<source>", m.decode())
-            except ErrorBudgetExceeded as e:
-                return _exceeded(e)
+            lost = int(np.max(np.where(sentinel_, expected - pos, 0)))
+            damaged = damaged_py() if damaged_py is not None else []
+            if damaged and sum(d[2] for d in damaged) == lost:
+                # Each damaged shard lost exactly its records past the damage
+                # (``shards.read_shard``): one entry per shard, named.
+                if raise_mode:
+                    path, why, _ = damaged[0]
+                    more = (f"; {len(damaged) - 1} more damaged shard(s): "
+                            + "; ".join(f"{p} ({w})" for p, w, _ in damaged[1:])
+                            if len(damaged) > 1 else "")
+                    return (f"pipeline: cannot read TFRecord shard {path} ({why}){more}"
+                            ).encode()
+                try:
+                    for path, why, _ in damaged:
+                        error_log.add(path, why)
+                except ErrorBudgetExceeded as e:
+                    return _exceeded(e)
+            else:
+                m = _lost_upstream_head(lost, expected)
+                if damaged:
+                    m += "; damaged: " + "; ".join(f"{p} ({w})" for p, w, _ in damaged)
+                elif lost_detail is None:
+                    m += " (e.g. a corrupt TFRecord shard)"
+                else:
+                    m += "; damaged: " + lost_detail().numpy().decode("utf-8", "replace")
+                if raise_mode:
+                    return m.encode()
+                try:
+                    error_log.add("<source>", m)
+                except ErrorBudgetExceeded as e:
+                    return _exceeded(e)
         if np.any(missing > 0) or np.any(bad):
             lost_keys, lost_pos = lost_files(prev, pos, window)
             if raise_mode:
@@ -525,12 +546,12 @@ def _record(error_log: ErrorLog, source: Source, keys, count: int, bad_keys, bad
 
 
 def rare_path_graph(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
-                    lost_detail: Optional[Callable]):
+                    lost_detail: Optional[Callable], damaged_py: Optional[Callable] = None):
     """The rare path of ``check_fn`` in graph, for tf.data service workers (no
     Python): the same checks as ``rare_path_py``; a failure is raised by an
     in-graph assertion, and skipped files are reported on the worker's stderr
     (``pipeline.errors(ds)`` stays empty)."""
-    del error_log  # no Python here
+    del error_log, damaged_py  # no Python here
     raise_mode = opts.on_error == "raise"
     K = CHUNK
 
