@@ -380,44 +380,84 @@ def walk(folder: str, follow_links: bool = False, top: Optional[str] = None
         return
     if is_remote(folder):
         ensure_filesystem(folder)
-        for name, is_dir in listdir(folder):
-            child = posixpath.join(folder.rstrip("/"), name)
+        # Iterative (a stack of listings), not recursive: trees deeper than
+        # Python's recursion limit are walked too.
+        stack = [iter(listdir(folder))]
+        parents = [folder.rstrip("/")]
+        while stack:
+            entry = next(stack[-1], None)
+            if entry is None:
+                stack.pop()
+                parents.pop()
+                continue
+            name, is_dir = entry
+            child = posixpath.join(parents[-1], name)
             if is_hidden(name):
                 yield child, "hidden", ""
             elif is_dir:
-                yield from walk(child)
+                stack.append(iter(listdir(child)))
+                parents.append(child)
             else:
                 yield child, None, ""
         return
+    yield from _walk_local(folder, follow_links, top)
 
-    def local(d, ancestors):
-        real = os.path.realpath(d)
-        if real in ancestors:
-            logging.warning("pipeline: skipping %s: symbolic-link loop back to %s", d, real)
-            return
-        ancestors = ancestors | {real}
+
+def _walk_local(folder: str, follow_links: bool, top: Optional[str]
+                ) -> Iterator[Tuple[str, Optional[str], str]]:
+    """``walk`` of a local folder: depth first, entries sorted by name, with an
+    explicit stack of listings (no recursion: any depth). With ``follow_links``
+    each folder's real path is kept (a link's resolved once, with
+    ``os.path.realpath``; a plain sub-folder's is its parent's joined with its
+    name), and a linked folder whose real path is an open ancestor's (or
+    ``top``'s) is a loop."""
+    stack: list = []        # per open folder: iterator over its sorted entries
+    reals: list = []        # per open folder: its real path (follow_links only)
+    open_reals: set = {os.path.realpath(top)} if (top and follow_links) else set()
+
+    def enter(d, real):
+        """Pushes folder ``d``'s listing; returns the entry to yield instead, or None."""
+        if follow_links:
+            if real in open_reals:
+                logging.warning("pipeline: skipping %s: symbolic-link loop back to %s", d, real)
+                return ()
         try:
             with os.scandir(d) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as e:
-            yield d, UNLISTABLE, f"cannot list folder ({e.strerror or e})"
-            return
-        for e in entries:
-            if is_hidden(e.name):
-                yield e.path, "hidden", ""
-                continue
-            try:
-                is_dir = e.is_dir(follow_symlinks=follow_links)
-            except OSError:
-                is_dir = False
-            if not is_dir and not follow_links and e.is_symlink() and os.path.isdir(e.path):
-                yield e.path, LINK_TO_FOLDER, ""
-            elif is_dir:
-                yield from local(e.path, ancestors)
-            else:
-                yield e.path, None, link_problem(e.path) if e.is_symlink() else ""
+            return ((d, UNLISTABLE, f"cannot list folder ({e.strerror or e})"),)
+        stack.append(iter(entries))
+        reals.append(real)
+        if follow_links:
+            open_reals.add(real)
+        return ()
 
-    yield from local(folder, frozenset([os.path.realpath(top)]) if top else frozenset())
+    yield from enter(folder, os.path.realpath(folder) if follow_links else None)
+    while stack:
+        e = next(stack[-1], None)
+        if e is None:
+            stack.pop()
+            done = reals.pop()
+            if follow_links:
+                open_reals.discard(done)
+            continue
+        if is_hidden(e.name):
+            yield e.path, "hidden", ""
+            continue
+        try:
+            is_dir = e.is_dir(follow_symlinks=follow_links)
+        except OSError:
+            is_dir = False
+        if not is_dir and not follow_links and e.is_symlink() and os.path.isdir(e.path):
+            yield e.path, LINK_TO_FOLDER, ""
+        elif is_dir:
+            real = None
+            if follow_links:
+                real = (os.path.realpath(e.path) if e.is_symlink()
+                        else os.path.join(reals[-1], e.name))
+            yield from enter(e.path, real)
+        else:
+            yield e.path, None, link_problem(e.path) if e.is_symlink() else ""
 
 
 _SCOPE = threading.local()
