@@ -35,6 +35,7 @@ from absl import logging
 from pipeline import bmp as bmp_lib
 from pipeline import decode as decode_lib
 from pipeline import formats
+from pipeline import read
 
 # Names of the rare-path Python ops of the guard; pipeline.resume treats
 # them as checkpoint-safe (they only record or explain, they hold no state).
@@ -112,7 +113,7 @@ class ErrorLog:
             exceeded = allowed is not None and count > allowed
             self._unlogged += count > LOG_LIMIT
         if count <= LOG_LIMIT:
-            logging.warning("pipeline: skipped %s: %s", path, reason)
+            logging.warning("pipeline: skipped %s: %s", read.shown(path), read.shown(reason))
         if exceeded:
             message = (f"pipeline: {count} bad files of {self.num_files}, over the budget "
                        f"max_errors={self.max_errors!r} ({allowed} allowed). "
@@ -294,7 +295,7 @@ class Source:
     def __init__(self, paths: Optional[List[str]], why_failed_py: Callable):
         self.records = paths is None
         self.paths = paths
-        self.table = None if paths is None else tf.constant(paths, tf.string)
+        self.table = None if paths is None else tf.constant(read.path_bytes(paths), tf.string)
         self.empty_key = tf.constant("" if self.records else -1,
                                      tf.string if self.records else tf.int64)
         self.why_failed_py = why_failed_py
@@ -307,7 +308,7 @@ class Source:
 
     def name_py(self, key) -> str:
         if self.records:
-            return key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            return key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else str(key)
         return self.paths[max(int(key), 0)]
 
 
@@ -431,7 +432,7 @@ def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[i
     big = 2 ** 62
 
     def name_b(k) -> bytes:
-        return k if source.records else source.paths[max(int(k), 0)].encode()
+        return read.shown(source.name_py(k)).encode()
 
     def lost_files(prev, pos, window):
         """Keys and positions of every missing position of the chunk that the

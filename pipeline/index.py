@@ -402,7 +402,8 @@ def index_paths(paths, labels=None, class_names=None) -> Index:
             length, a bad label, or a string label not in ``class_names``.
     """
     if hasattr(paths, "numpy"):
-        paths = [p.decode() if isinstance(p, bytes) else str(p) for p in paths.numpy().tolist()]
+        paths = [os.fsdecode(p) if isinstance(p, bytes) else str(p)
+                 for p in paths.numpy().tolist()]
     if isinstance(paths, (str, bytes, os.PathLike)):
         raise ValueError(
             "`paths` must be a list of file paths, not a single path; use "
@@ -418,7 +419,8 @@ def index_paths(paths, labels=None, class_names=None) -> Index:
     if bad is not None:
         raise ValueError("`paths` must hold file paths (str or PathLike). "
                          f"{checks.received(f'paths[{bad[0]}]', bad[1])}")
-    paths = [os.fspath(p) if not isinstance(p, bytes) else p.decode() for p in paths]
+    # bytes paths (names that need not be UTF-8) as Python's os functions hold them
+    paths = [os.fsdecode(p) for p in paths]
     if not paths:
         raise ValueError("`paths` is empty. Received: paths=[]")
     class_names = checks.check_class_names(class_names)

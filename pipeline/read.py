@@ -60,6 +60,28 @@ class FeatureUnavailableError(ImportError):
     """
 
 
+def path_bytes(paths: Sequence[str]) -> List[bytes]:
+    """Paths as the bytes the file system holds: a name that is not valid UTF-8
+    (listed by Python as str with surrogate escapes, ``os.fsdecode``) gets its own
+    bytes back, so TensorFlow opens the real file. For ``tf.constant``, which
+    refuses such str."""
+    return [p if isinstance(p, bytes) else p.encode("utf-8", "surrogateescape")
+            for p in paths]
+
+
+def shown(text: str) -> str:
+    """``text`` (a path, or a message holding paths) printable and valid UTF-8: the
+    bytes of a name that is not UTF-8 escaped as ``\\xe9`` (``caf\\xe9.jpg``); any
+    other text unchanged."""
+    if isinstance(text, bytes):
+        return text.decode("utf-8", "backslashreplace")
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def is_remote(path: str) -> bool:
     """True for a URI (``scheme://...``), False for a local path."""
     return "://" in path

@@ -404,7 +404,7 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                 exif = exif or has_exif
                 feats = {
                     "image": _feature_bytes(contents),
-                    "path": _feature_bytes(stored_path(path).encode()),
+                    "path": _feature_bytes(read.path_bytes([stored_path(path)])[0]),
                     "format": _feature_bytes((fmt or "").encode()),
                     "has_exif": _feature_ints([int(has_exif)]),
                     "error": _feature_bytes(error.encode()),
@@ -522,7 +522,8 @@ def _mask_features(mask_path: str, error: str, counts) -> dict:
                              else formats.describe_start(contents[:4096]))
         error = f"mask {mask_path}: {why}"
     return {"mask": _feature_bytes(contents),
-            "mask_path": _feature_bytes(stored_path(mask_path).encode() if mask_path else b""),
+            "mask_path": _feature_bytes(read.path_bytes([stored_path(mask_path)])[0]
+                                        if mask_path else b""),
             "_error": error}
 
 
@@ -785,7 +786,7 @@ def open_records(files, opts, shuffle_buffer_size: int = 1024) -> Records:
 
     def read_py(path: str):
         """A record's bytes, found by reading the shards again (the rare diagnosis path)."""
-        want = path.encode()
+        want = read.path_bytes([path])[0]
         for rec in tf.data.TFRecordDataset(files).ignore_errors():
             f = tf.io.parse_single_example(rec, spec)
             if f["path"].numpy() == want:
