@@ -365,7 +365,9 @@ def cache_file(opts, source) -> str:
     """The cache file prefix for ``cache=path``: ``path`` + "-" + a fingerprint.
 
     The fingerprint (SHA-1, 16 hex digits) covers what the cached elements
-    depend on: the files (paths, sizes, labels) and the options applied
+    depend on: the files (paths, labels, and what identifies each file's
+    contents, images and masks: size, modification time and change time in
+    ns, ``read.file_stamp``; for TFRecord shards, each shard's) and the options applied
     before the cache (image size, resize, interpolation, channels, label
     mode, EXIF, max_pixels, fast_jpeg, sharding). A cache written for other
     files or options is never read back as this dataset's. The cache holds
@@ -376,7 +378,7 @@ def cache_file(opts, source) -> str:
     running process holds the cache (``pipeline.cachelock``).
     """
     h = hashlib.sha1()
-    parts = ["elements v2: decoded, before the guard", opts.image_size, opts.resize,
+    parts = ["elements v3: decoded, before the guard", opts.image_size, opts.resize,
              opts.interpolation, opts.channels, opts.label_mode, opts.exif_orientation,
              opts.max_pixels, opts.fast_jpeg, (opts.num_pipelines, opts.pipeline_id)]
     if opts.jpeg_dct_scaling or opts.antialias:  # (old caches keep their fingerprint)
@@ -387,9 +389,10 @@ def cache_file(opts, source) -> str:
     h.update(repr(parts).encode())
     if not isinstance(source, index_lib.Index):  # shards.Records
         h.update(repr((source.files, source.counts)).encode())
+        h.update(repr([read.file_stamp(f) for f in source.files]).encode())
     else:
         h.update(repr(source.paths).encode())
-        h.update(source.sizes().tobytes())
+        h.update(source.stamps().tobytes())
         for arr in (source.labels, source.weights):
             h.update(b"-" if arr is None else arr.tobytes())
     prefix = f"{opts.cache}-{h.hexdigest()[:16]}"

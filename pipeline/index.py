@@ -115,6 +115,13 @@ class Index:
         """(path, reason) of the files known to be bad at index time."""
         return [(self.paths[r], e) for r, e in sorted(self.errors.items())]
 
+    def stamps(self) -> np.ndarray:
+        """What identifies each file's contents (``read.file_stamp``: size, mtime_ns,
+        ctime_ns), int64 ``[n, 3]``, and each mask's after them when there are masks
+        (``[2n, 3]``); stats every file."""
+        paths = self.paths + (self.mask_paths or [])
+        return np.array([read.file_stamp(p) for p in paths], np.int64).reshape(-1, 3)
+
     def sizes(self) -> np.ndarray:
         """File sizes in bytes (int64 ``[n]``, -1 when unreadable); stats every file."""
         return np.fromiter((read.file_size(p) for p in self.paths), np.int64, len(self.paths))

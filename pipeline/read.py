@@ -31,6 +31,7 @@ import bisect
 import contextlib
 import errno
 import functools
+import hashlib
 import threading
 import os
 import posixpath
@@ -623,6 +624,39 @@ def file_size(path: str) -> int:
         return os.path.getsize(path)
     except Exception:  # pylint: disable=broad-except  (OSError, OpError, fsspec's)
         return -1
+
+
+def file_stamp(path: str) -> Tuple[int, int, int]:
+    """What identifies a file's contents without reading them: ``(size in bytes,
+    modification time in ns, change time in ns)``; -1 where unknown, all -1 when
+    the file cannot be stat'ed.
+
+    Local files: ``os.stat``'s ``st_size``, ``st_mtime_ns`` and ``st_ctime_ns`` (the
+    change time moves with every write, even when a tool puts the modification
+    time back, as ``touch -r`` or ``exiftool -P`` do). ``tf.io.gfile`` URIs: the
+    length and ``mtime_nsec``. fsspec URIs: ``size`` and the store's modification
+    time (``mtime``, ``LastModified``, or ``updated``), with a hash of its ``ETag``
+    as the third value.
+    """
+    try:
+        if is_remote(path) and reader(path) == "fsspec":
+            info = _fs(path).info(path)
+            when = next((info[k] for k in ("mtime", "LastModified", "updated", "last_modified")
+                         if info.get(k) is not None), None)
+            if hasattr(when, "timestamp"):
+                when = when.timestamp()
+            tag = info.get("ETag") or info.get("etag") or info.get("md5Hash")
+            return (int(info.get("size", -1)),
+                    int(float(when) * 1e9) if isinstance(when, (int, float)) else -1,
+                    int(hashlib.sha1(str(tag).encode()).hexdigest()[:15], 16) if tag else -1)
+        if is_remote(path):
+            ensure_filesystem(path)
+            st = tf.io.gfile.stat(path)
+            return int(st.length), int(st.mtime_nsec), -1
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    except Exception:  # pylint: disable=broad-except  (OSError, OpError, fsspec's)
+        return -1, -1, -1
 
 
 def try_read(path: str) -> Tuple[bytes, str]:
