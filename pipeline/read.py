@@ -33,6 +33,7 @@ import errno
 import functools
 import hashlib
 import threading
+import unicodedata
 import os
 import posixpath
 import sys
@@ -624,6 +625,36 @@ def file_size(path: str) -> int:
         return os.path.getsize(path)
     except Exception:  # pylint: disable=broad-except  (OSError, OpError, fsspec's)
         return -1
+
+
+def on_disk_name(path: str, listings: Optional[dict] = None) -> str:
+    """``path`` as the local file system spells it, when ``path`` names it in
+    another Unicode normal form (a manifest typed in NFC, files made on macOS in
+    NFD): each component from the first one missing is matched, in NFC, against
+    its folder's listing (kept in ``listings``, {folder: names}, across calls).
+    ``path`` itself when it exists, is ASCII or a URI, or when no single entry
+    matches (the missing file is then reported as usual)."""
+    if path.isascii() or is_remote(path) or os.path.lexists(path):
+        return path
+    listings = {} if listings is None else listings
+    head, tail = path, []
+    while head and not os.path.lexists(head):
+        head, part = os.path.split(head)
+        if not part:
+            return path
+        tail.append(part)
+    for part in reversed(tail):
+        if head not in listings:
+            try:
+                listings[head] = os.listdir(head or ".")
+            except OSError:
+                listings[head] = []
+        want = unicodedata.normalize("NFC", part)
+        found = [n for n in listings[head] if unicodedata.normalize("NFC", n) == want]
+        if len(found) != 1:
+            return path
+        head = os.path.join(head, found[0])
+    return head
 
 
 def file_stamp(path: str) -> Tuple[int, int, int]:
