@@ -171,7 +171,9 @@ def errors(dataset) -> List[ErrorRecord]:
     epoch), and this list, on the client, stays empty.
 
     Args:
-        dataset: a dataset returned by a ``pipeline`` factory.
+        dataset: a dataset returned by a ``pipeline`` factory, or the
+            distributed dataset ``pipeline.distribute_dataset`` returns (the
+            records of its input pipelines built in this process, together).
 
     Returns:
         list of ``ErrorRecord(path, reason)`` (str, str), in the order met;
@@ -180,6 +182,15 @@ def errors(dataset) -> List[ErrorRecord]:
     Raises:
         ValueError: ``dataset`` was not made by a ``pipeline`` factory.
     """
+    logs = getattr(dataset, "pipeline_error_logs", None)  # distribute_dataset's
+    if logs is not None:
+        out, seen = [], set()
+        for log in list(logs):
+            for r in log.records():
+                if r.path not in seen:
+                    seen.add(r.path)
+                    out.append(r)
+        return out
     log = getattr(getattr(dataset, "pipeline_built", None), "error_log", None)
     if log is None:
         raise ValueError(
