@@ -100,3 +100,14 @@ def test_from_paths_string_labels_in_either_form(mac_tree):
     ds = pipeline.from_paths(paths, labels=[NFD(CAFE), "plain"], class_names=[CAFE, "plain"],
                              image_size=(4, 4), batch_size=2, shuffle=False)
     assert _values(ds) == [(2, 0), (4, 1)]
+
+
+def test_segmentation_pairs_match_stems_in_either_form(tmp_path):
+    images, masks = str(tmp_path / "images"), str(tmp_path / "masks")
+    write_image(os.path.join(images, NFC(CAFE) + ".png"), 1)
+    write_image(os.path.join(masks, NFD(CAFE) + ".png"), 0)
+    write_image(os.path.join(images, NFD(CREME), "x.png"), 2)
+    write_image(os.path.join(masks, NFC(CREME), "x.png"), 0)
+    ds = pipeline.from_directory(images, masks_dir=masks, image_size=(4, 4), batch_size=2,
+                                 shuffle=False)
+    assert sorted(int(x[0, 0, 0]) for x, _ in ds.unbatch().as_numpy_iterator()) == [1, 2]
