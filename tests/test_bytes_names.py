@@ -127,3 +127,15 @@ def test_write_tfrecords_keeps_names_that_are_not_utf8(good, tmp_path):
     assert sorted(np.asarray(x)[:, 0, 0, 0].tolist()) == [1, 2, 3, 4, 5]
     assert {os.path.basename(b) for b in p.numpy().tolist()} == {
         os.path.basename(os.fsencode(f)) for f in files}
+
+
+def test_segmentation_pairs_with_names_that_are_not_utf8(tmp_path):
+    base = os.fsencode(str(tmp_path))
+    _write(base, b"images/caf\xe9/x\xff.png", 1)
+    _write(base, b"masks/caf\xe9/x\xff.png", 0)
+    _write(base, b"images/plain.png", 2)
+    _write(base, b"masks/plain.png", 0)
+    ds = pipeline.from_directory(os.fsdecode(os.path.join(base, b"images")),
+                                 masks_dir=os.fsdecode(os.path.join(base, b"masks")),
+                                 image_size=(4, 4), batch_size=2, shuffle=False)
+    assert sorted(int(x[0, 0, 0]) for x, _ in ds.unbatch().as_numpy_iterator()) == [1, 2]

@@ -152,3 +152,21 @@ def test_raise_names_the_shard_the_record_and_the_cause(written, tmp_path, kind,
     assert not re.search(r"\b40 element\(s\) of 40\b", msg)
     for other in files[:2] + files[3:]:
         assert other not in msg
+
+
+@pytest.mark.stack  # TFRecord reading, by stack
+def test_each_input_pipeline_names_only_the_damage_in_its_share(written, tmp_path):
+    """Two input pipelines over four shards: pipeline 1 reads shards 1 and 3."""
+    _, files, by_shard = written
+    out = _damaged_copy(written, tmp_path, {1: ("flip data", 5)})
+    got, recs = [], []
+    for k in range(2):
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=k)
+        ds = pipeline.from_tfrecords(out, image_size=(4, 4), batch_size=8, shuffle=False,
+                                     on_error="skip", input_context=ctx)
+        got += _delivered(ds)
+        recs.append(pipeline.errors(ds))
+    assert sorted(got) == sorted(by_shard[0] + by_shard[1][:5] + by_shard[2] + by_shard[3])
+    assert recs[0] == []
+    assert [r.path for r in recs[1]] == [os.path.join(out, files[1])]
+    assert "5 of its 10 records lost" in recs[1][0].reason
