@@ -433,7 +433,9 @@ def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[i
                  lost_detail: Optional[Callable], damaged_py: Optional[Callable] = None):
     """The rare path of ``check_fn`` where Python runs: one ``tf.py_function``
     (``RECORDER_OP_NAME``) that, in this order, reports elements lost upstream
-    (raised, or recorded as "<source>"), names the files of the chunk that were
+    (raised, or recorded: one entry per damaged TFRecord shard that ``damaged_py``
+    names, ``[(shard, reason, records lost)]``, when their losses add up to the
+    count, else one "<source>" entry), names the files of the chunk that were
     lost (the decoder raised: diagnosed by ``Source.why_failed_py``, once) or
     refused (their reason) and raises the first one or records them all, and
     fails an epoch that delivered nothing (``on_error="skip"``). It returns ""
@@ -476,8 +478,8 @@ def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[i
                     more = (f"; {len(damaged) - 1} more damaged shard(s): "
                             + "; ".join(f"{p} ({w})" for p, w, _ in damaged[1:])
                             if len(damaged) > 1 else "")
-                    return (f"pipeline: cannot read TFRecord shard {path} ({why}){more}"
-                            ).encode()
+                    return read.shown(f"pipeline: cannot read TFRecord shard {path} "
+                                      f"({why}){more}").encode()
                 try:
                     for path, why, _ in damaged:
                         error_log.add(path, why)
@@ -492,7 +494,7 @@ def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[i
                 else:
                     m += "; damaged: " + lost_detail().numpy().decode("utf-8", "replace")
                 if raise_mode:
-                    return m.encode()
+                    return read.shown(m).encode()
                 try:
                     error_log.add("<source>", m)
                 except ErrorBudgetExceeded as e:

@@ -668,7 +668,8 @@ def shard_damage(path: str, want: int) -> Optional[Tuple[str, int]]:
                 f"it starts at byte {end}, {size - end} of its header's 12 bytes are "
                 f"there), a partial copy: {tail}"), lost
     return (f"shard ends early: it ends cleanly after {n} records where {SIDECAR} lists "
-            f"{want} (record {n} on are missing), a partial copy: {tail}"), lost
+            f"{want} (record {n} on are missing), a partial copy: {lost} of its {want} "
+            f"records lost (records {n}-{want - 1})"), lost
 
 
 @dataclasses.dataclass
