@@ -301,7 +301,11 @@ def tiff_truncation(path: str) -> str:
 
 def index_directory(directory, *args, **kwargs) -> "Index":
     """``_index_directory`` (below); a folder read through fsspec is listed once
-    (``read.one_listing``): one paginated listing for the whole class-folder tree."""
+    (``read.one_listing``): one paginated listing for the whole class-folder tree.
+    A bytes ``directory`` (a name that need not be UTF-8) is taken as ``os.fsdecode``
+    gives it."""
+    if isinstance(directory, bytes):
+        directory = os.fsdecode(directory)
     if isinstance(directory, (str, os.PathLike)) and read.is_remote(os.fspath(directory)):
         with read.one_listing(os.fspath(directory)):
             return _index_directory(directory, *args, **kwargs)

@@ -139,3 +139,11 @@ def test_segmentation_pairs_with_names_that_are_not_utf8(tmp_path):
                                  masks_dir=os.fsdecode(os.path.join(base, b"masks")),
                                  image_size=(4, 4), batch_size=2, shuffle=False)
     assert sorted(int(x[0, 0, 0]) for x, _ in ds.unbatch().as_numpy_iterator()) == [1, 2]
+
+
+def test_directory_given_as_bytes(good):
+    root, files = good
+    ds = pipeline.from_directory(os.fsencode(root), image_size=(4, 4), batch_size=8,
+                                 shuffle=False, include_paths=True)
+    (x, y, p), = list(ds)
+    assert {os.fsdecode(b) for b in p.numpy().tolist()} == files
