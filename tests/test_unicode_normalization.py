@@ -111,3 +111,8 @@ def test_segmentation_pairs_match_stems_in_either_form(tmp_path):
     ds = pipeline.from_directory(images, masks_dir=masks, image_size=(4, 4), batch_size=2,
                                  shuffle=False)
     assert sorted(int(x[0, 0, 0]) for x, _ in ds.unbatch().as_numpy_iterator()) == [1, 2]
+
+
+def test_class_names_that_are_one_name_in_nfc_are_refused_by_code_point(mac_tree):
+    with pytest.raises(ValueError, match=r"one name in Unicode NFC.*U\+00E9.*U\+0065 U\+0301"):
+        pipeline.from_directory(mac_tree, class_names=[NFC(CAFE), NFD(CAFE)], image_size=(4, 4))
