@@ -509,7 +509,8 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     # pixels in every later epoch. (Shuffles that draw their seeds when each
     # iteration starts lose that state once their input is exhausted, which the
     # chunking below does long before the epoch ends.)
-    mask_table = (tf.constant(read.path_bytes(idx.mask_paths), tf.string) if pairs and idx is not None
+    mask_table = (tf.constant(read.path_bytes(idx.mask_paths), tf.string)
+                  if pairs and idx is not None
                   else None)
 
     # Remote files no TensorFlow file system serves here (s3:// on TensorFlow 2.17+) are

@@ -85,7 +85,8 @@ def test_manifest_nfc_paths_and_labels_find_nfd_files(mac_tree, tmp_path):
         ds = pipeline.from_manifest(manifest, class_names=[CAFE, CREME, "plain"],
                                     image_size=(4, 4), batch_size=4, shuffle=False,
                                     include_paths=True)
-        got = [(int(x[0, 0, 0]), int(y), p.decode()) for x, y, p in ds.unbatch().as_numpy_iterator()]
+        got = [(int(x[0, 0, 0]), int(y), p.decode())
+               for x, y, p in ds.unbatch().as_numpy_iterator()]
         assert [(v, y) for v, y, _ in got] == [(1, 0), (3, 1), (4, 2)]
         # the files are opened by their on-disk (NFD) names
         assert all(os.path.exists(p) for _, _, p in got)
