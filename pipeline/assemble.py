@@ -367,7 +367,9 @@ def cache_file(opts, source) -> str:
     """The cache file prefix for ``cache=path``: ``path`` + "-" + a fingerprint.
 
     The fingerprint (SHA-1, 16 hex digits) covers what the cached elements
-    depend on: the files (paths, sizes, labels) and the options applied
+    depend on: the files (paths, labels, and what identifies each file's
+    contents, images and masks: size, modification time and change time in
+    ns, ``read.file_stamp``; for TFRecord shards, each shard's) and the options applied
     before the cache (image size, resize, interpolation, channels, label
     mode, EXIF, max_pixels, fast_jpeg, sharding). A cache written for other
     files or options is never read back as this dataset's. The cache holds
@@ -378,7 +380,7 @@ def cache_file(opts, source) -> str:
     running process holds the cache (``pipeline.cachelock``).
     """
     h = hashlib.sha1()
-    parts = ["elements v2: decoded, before the guard", opts.image_size, opts.resize,
+    parts = ["elements v3: decoded, before the guard", opts.image_size, opts.resize,
              opts.interpolation, opts.channels, opts.label_mode, opts.exif_orientation,
              opts.max_pixels, opts.fast_jpeg, (opts.num_pipelines, opts.pipeline_id)]
     if opts.jpeg_dct_scaling or opts.antialias:  # (old caches keep their fingerprint)
@@ -389,9 +391,10 @@ def cache_file(opts, source) -> str:
     h.update(repr(parts).encode())
     if not isinstance(source, index_lib.Index):  # shards.Records
         h.update(repr((source.files, source.counts)).encode())
+        h.update(repr([read.file_stamp(f) for f in source.files]).encode())
     else:
         h.update(repr(source.paths).encode())
-        h.update(source.sizes().tobytes())
+        h.update(source.stamps().tobytes())
         for arr in (source.labels, source.weights):
             h.update(b"-" if arr is None else arr.tobytes())
     prefix = f"{opts.cache}-{h.hexdigest()[:16]}"
@@ -525,7 +528,8 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     # pixels in every later epoch. (Shuffles that draw their seeds when each
     # iteration starts lose that state once their input is exhausted, which the
     # chunking below does long before the epoch ends.)
-    mask_table = (tf.constant(idx.mask_paths, tf.string) if pairs and idx is not None
+    mask_table = (tf.constant(read.path_bytes(idx.mask_paths), tf.string)
+                  if pairs and idx is not None
                   else None)
 
     # Remote files no TensorFlow file system serves here (s3:// on TensorFlow 2.17+) are
@@ -540,6 +544,12 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             "2.16 with tensorflow-io (its S3 file system reads in graph), or write the "
             f"images to TFRecord shards on a local disk or gs://. Received: service={opts.service!r}")
 
+    damaged_py = None
+    if records is not None:
+        mine, _ = plan_lib.record_files(records.files, opts)
+        # the damaged shards this pipeline reads, named from Python (rare path)
+        damaged_py = lambda: records.damaged_py(mine)  # noqa: E731
+
     def elements(epoch_key):
         """The plan (sharded, shuffled), numbered for the guard, with its seeds and
         an end-of-epoch sentinel (``guard.chunked``); remote contents fetched."""
@@ -549,7 +559,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
                 else tf.zeros([idx.labels.shape[1]], tf.float32)
         else:
             serialized, expected = plan_lib.records(
-                records.files, records.counts, opts, tf.data.TFRecordDataset, records.buffer_size,
+                records.files, records.counts, opts, records.read_shard, records.buffer_size,
                 epoch_key)
             plan = serialized.map(graph_fn(records.parse), num_parallel_calls=opts.parallelism,
                                   deterministic=True)
@@ -612,7 +622,8 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         Variable-size (native) images cannot be batched: checked one by one."""
         ds = ds.batch(batch_size or (guard.CHUNK if opts.image_size else 1))
         ds = ds.scan(guard.initial_state(), graph_fn(guard.check_fn(
-            opts, error_log, src, expected, records.lost_detail if records else None)))
+            opts, error_log, src, expected, records.lost_detail if records else None,
+            damaged_py)))
         if batch_size:
             # A batch can end up empty (it held only the sentinel, or only bad files).
             return ds.filter(graph_fn(lambda image, *rest: tf.shape(image)[0] > 0))

@@ -16,6 +16,7 @@ import numbers
 import os
 import re
 import tempfile
+import unicodedata
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
@@ -109,11 +110,34 @@ def check_choice(name: str, value, choices: Sequence, hints: Optional[dict] = No
     return value
 
 
+def nfc(name: str) -> str:
+    """``name`` in Unicode normal form C, the one form names are compared in
+    (macOS writes file names in NFD: ``e`` + U+0301 for ``é``)."""
+    return unicodedata.normalize("NFC", name)
+
+
+def code_points(name: str) -> str:
+    """``'café' (U+0063 U+0061 U+0066 U+00E9)``: a name and its code points, for
+    messages about names that look the same on screen."""
+    return f"{name!r} ({' '.join(f'U+{ord(ch):04X}' for ch in name)})"
+
+
+def look_alike(name: str, others: Iterable[str]) -> str:
+    """"" or a note naming the names of ``others`` that differ from ``name`` only
+    by Unicode compatibility form or case (NFKC + casefold equal), with the code
+    points of both: they look alike but are different names."""
+    key = unicodedata.normalize("NFKC", name).casefold()
+    same = [o for o in others if o != name and unicodedata.normalize("NFKC", o).casefold() == key]
+    return "".join(f" ({code_points(name)} and {code_points(o)} differ only by Unicode "
+                   "compatibility form or case)" for o in same)
+
+
 def check_class_names(class_names: Optional[Sequence[str]]) -> Optional[list]:
-    """Class names as a list of distinct str, or None.
+    """Class names as a list of distinct str in Unicode NFC (``nfc``), or None.
 
     Raises:
-        ValueError: a single str, duplicates, or an empty sequence.
+        ValueError: a single str, duplicates (also two names that are one in
+            NFC: named with their code points), or an empty sequence.
     """
     if class_names is None:
         return None
@@ -121,7 +145,12 @@ def check_class_names(class_names: Optional[Sequence[str]]) -> Optional[list]:
         raise ValueError(
             "`class_names` must be a sequence of str, not a single str. "
             f"{received('class_names', class_names)}")
-    names = [str(c) for c in class_names]
+    given = [str(c) for c in class_names]
+    names = [nfc(c) for c in given]
+    if len(set(names)) != len(names) and len(set(given)) == len(given):
+        twins = [code_points(g) for g, n in zip(given, names) if names.count(n) > 1]
+        raise ValueError(f"`class_names` has names that are one name in Unicode NFC: "
+                         f"{', '.join(twins)}. {received('class_names', given)}")
     if len(set(names)) != len(names):
         raise ValueError(f"`class_names` has duplicates. {received('class_names', names)}")
     if not names:

@@ -116,8 +116,12 @@ class ImageOptions:
         cache: None, "memory", or a file path prefix with a folder part
             (e.g. "./cache/train"): decoded, resized elements are cached. The
             files written are ``path-<fingerprint>.*``; the fingerprint covers
-            the files and the options, so a cache is only read back by the same
-            dataset.
+            the files (paths, labels, and each file's size, modification time
+            and change time in ns: a file edited in place, even with its
+            modification time put back, is read again into a new cache) and the
+            options, so a cache is only read back by the same dataset over the
+            same contents. A memory cache holds the files as its first epoch
+            read them, for the dataset's lifetime.
         cache_budget_bytes: int, the cache size allowed (default: half the
             available memory, or the free disk space for a cache file).
         on_error: "raise" (default): iterating reaches a bad file and raises

@@ -106,7 +106,10 @@ def distribute_dataset(strategy: tf.distribute.Strategy, factory: Callable, *arg
 
     Returns:
         A ``tf.distribute.DistributedDataset``; iterate it, or pass it to
-        ``model.fit``. Elements are per-replica values.
+        ``model.fit``. Elements are per-replica values. ``pipeline.errors`` on
+        it lists the files skipped (``on_error="skip"``) by the input pipelines
+        this process built (one per worker in multi-worker training: each
+        worker lists its own share).
 
     Raises:
         ValueError: ``strategy`` is not a ``tf.distribute.Strategy``;
@@ -133,13 +136,21 @@ def distribute_dataset(strategy: tf.distribute.Strategy, factory: Callable, *arg
             "`factory` must accept an `input_context=` keyword argument (e.g. "
             f"pipeline.from_directory). Received: factory={factory!r}")
 
+    logs = []  # the skip records of every input pipeline built in this process
+
     def dataset_fn(input_context: tf.distribute.InputContext):
         logging.info("pipeline: input pipeline %d of %d (%d replicas in sync)",
                      input_context.input_pipeline_id, input_context.num_input_pipelines,
                      input_context.num_replicas_in_sync)
-        return factory(*args, input_context=input_context, **factory_kwargs)
+        ds = factory(*args, input_context=input_context, **factory_kwargs)
+        log = getattr(getattr(ds, "pipeline_built", None), "error_log", None)
+        if log is not None:
+            logs.append(log)
+        return ds
 
-    return strategy.distribute_datasets_from_function(dataset_fn, options=input_options)
+    dist = strategy.distribute_datasets_from_function(dataset_fn, options=input_options)
+    dist.pipeline_error_logs = logs  # pipeline.errors(dist)
+    return dist
 
 
 # --- tf.data service ---------------------------------------------------------

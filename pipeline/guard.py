@@ -35,6 +35,7 @@ from absl import logging
 from pipeline import bmp as bmp_lib
 from pipeline import decode as decode_lib
 from pipeline import formats
+from pipeline import read
 
 # Names of the rare-path Python ops of the guard; pipeline.resume treats
 # them as checkpoint-safe (they only record or explain, they hold no state).
@@ -117,7 +118,7 @@ class ErrorLog:
             exceeded = allowed is not None and count > allowed
             self._unlogged += count > LOG_LIMIT
         if count <= LOG_LIMIT:
-            logging.warning("pipeline: skipped %s: %s", path, reason)
+            logging.warning("pipeline: skipped %s: %s", read.shown(path), read.shown(reason))
         if exceeded:
             message = (f"pipeline: {count} bad files of {self.num_files}, over the budget "
                        f"max_errors={self.max_errors!r} ({allowed} allowed). "
@@ -175,7 +176,9 @@ def errors(dataset) -> List[ErrorRecord]:
     epoch), and this list, on the client, stays empty.
 
     Args:
-        dataset: a dataset returned by a ``pipeline`` factory.
+        dataset: a dataset returned by a ``pipeline`` factory, or the
+            distributed dataset ``pipeline.distribute_dataset`` returns (the
+            records of its input pipelines built in this process, together).
 
     Returns:
         list of ``ErrorRecord(path, reason)`` (str, str), in the order met;
@@ -184,6 +187,15 @@ def errors(dataset) -> List[ErrorRecord]:
     Raises:
         ValueError: ``dataset`` was not made by a ``pipeline`` factory.
     """
+    logs = getattr(dataset, "pipeline_error_logs", None)  # distribute_dataset's
+    if logs is not None:
+        out, seen = [], set()
+        for log in list(logs):
+            for r in log.records():
+                if r.path not in seen:
+                    seen.add(r.path)
+                    out.append(r)
+        return out
     log = getattr(getattr(dataset, "pipeline_built", None), "error_log", None)
     if log is None:
         raise ValueError(
@@ -299,7 +311,7 @@ class Source:
     def __init__(self, paths: Optional[List[str]], why_failed_py: Callable):
         self.records = paths is None
         self.paths = paths
-        self.table = None if paths is None else tf.constant(paths, tf.string)
+        self.table = None if paths is None else tf.constant(read.path_bytes(paths), tf.string)
         self.empty_key = tf.constant("" if self.records else -1,
                                      tf.string if self.records else tf.int64)
         self.why_failed_py = why_failed_py
@@ -312,7 +324,7 @@ class Source:
 
     def name_py(self, key) -> str:
         if self.records:
-            return key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            return key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else str(key)
         return self.paths[max(int(key), 0)]
 
 
@@ -344,7 +356,7 @@ def initial_state():
 
 
 def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
-             lost_detail: Optional[Callable]):
+             lost_detail: Optional[Callable], damaged_py: Optional[Callable] = None):
     """The ``scan`` function that applies the on_error policy to a chunk of mapped elements.
 
     Elements are ``(image, label, weight, key, pos, window, reason)``; the state
@@ -364,7 +376,7 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
     raise_mode = opts.on_error == "raise"
     python_ok = not opts.service  # py_function cannot run on service workers
     rare_path = rare_path_py if python_ok else rare_path_graph
-    rare = rare_path(opts, error_log, source, expected, lost_detail)
+    rare = rare_path(opts, error_log, source, expected, lost_detail, damaged_py)
 
     def check(state, batch):
         last, delivered = state
@@ -423,10 +435,12 @@ def _exceeded(e: ErrorBudgetExceeded) -> str:
 
 
 def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
-                 lost_detail: Optional[Callable]):
+                 lost_detail: Optional[Callable], damaged_py: Optional[Callable] = None):
     """The rare path of ``check_fn`` where Python runs: one ``tf.py_function``
     (``RECORDER_OP_NAME``) that, in this order, reports elements lost upstream
-    (raised, or recorded as "<source>"), names the files of the chunk that were
+    (raised, or recorded: one entry per damaged TFRecord shard that ``damaged_py``
+    names, ``[(shard, reason, records lost)]``, when their losses add up to the
+    count, else one "<source>" entry), names the files of the chunk that were
     lost (the decoder raised: diagnosed by ``Source.why_failed_py``, once) or
     refused (their reason) and raises the first one or records them all, and
     fails an epoch that delivered nothing (``on_error="skip"``). It returns ""
@@ -436,7 +450,7 @@ def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[i
     big = 2 ** 62
 
     def name_b(k) -> bytes:
-        return k if source.records else source.paths[max(int(k), 0)].encode()
+        return read.shown(source.name_py(k)).encode()
 
     def lost_files(prev, pos, window):
         """Keys and positions of every missing position of the chunk that the
@@ -459,16 +473,37 @@ def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[i
         sentinel_ = np.array([r == SENTINEL.encode() for r in reason])
         bad = np.array([len(r) > 0 for r in reason]) & ~sentinel_
         if expected is not None and np.any(sentinel_ & (pos != expected)):
-            m = _lost_upstream_head(int(np.max(np.where(sentinel_, expected - pos, 0))),
-                                    expected).encode()
-            m += (b" (e.g. a corrupt TFRecord shard)" if lost_detail is None
-                  else b"; damaged: " + lost_detail().numpy())
-            if raise_mode:
-                return m
-            try:
-                error_log.add("<source>", m.decode())
-            except ErrorBudgetExceeded as e:
-                return _exceeded(e)
+            lost = int(np.max(np.where(sentinel_, expected - pos, 0)))
+            damaged = damaged_py() if damaged_py is not None else []
+            if damaged and sum(d[2] for d in damaged) == lost:
+                # Each damaged shard lost exactly its records past the damage
+                # (``shards.read_shard``): one entry per shard, named.
+                if raise_mode:
+                    path, why, _ = damaged[0]
+                    more = (f"; {len(damaged) - 1} more damaged shard(s): "
+                            + "; ".join(f"{p} ({w})" for p, w, _ in damaged[1:])
+                            if len(damaged) > 1 else "")
+                    return read.shown(f"pipeline: cannot read TFRecord shard {path} "
+                                      f"({why}){more}").encode()
+                try:
+                    for path, why, _ in damaged:
+                        error_log.add(path, why)
+                except ErrorBudgetExceeded as e:
+                    return _exceeded(e)
+            else:
+                m = _lost_upstream_head(lost, expected)
+                if damaged:
+                    m += "; damaged: " + "; ".join(f"{p} ({w})" for p, w, _ in damaged)
+                elif lost_detail is None:
+                    m += " (e.g. a corrupt TFRecord shard)"
+                else:
+                    m += "; damaged: " + lost_detail().numpy().decode("utf-8", "replace")
+                if raise_mode:
+                    return read.shown(m).encode()
+                try:
+                    error_log.add("<source>", m)
+                except ErrorBudgetExceeded as e:
+                    return _exceeded(e)
         if np.any(missing > 0) or np.any(bad):
             lost_keys, lost_pos = lost_files(prev, pos, window)
             if raise_mode:
@@ -531,12 +566,12 @@ def _record(error_log: ErrorLog, source: Source, keys, count: int, bad_keys, bad
 
 
 def rare_path_graph(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
-                    lost_detail: Optional[Callable]):
+                    lost_detail: Optional[Callable], damaged_py: Optional[Callable] = None):
     """The rare path of ``check_fn`` in graph, for tf.data service workers (no
     Python): the same checks as ``rare_path_py``; a failure is raised by an
     in-graph assertion, and skipped files are reported on the worker's stderr
     (``pipeline.errors(ds)`` stays empty)."""
-    del error_log  # no Python here
+    del error_log, damaged_py  # no Python here
     raise_mode = opts.on_error == "raise"
     K = CHUNK
 

@@ -115,6 +115,13 @@ class Index:
         """(path, reason) of the files known to be bad at index time."""
         return [(self.paths[r], e) for r, e in sorted(self.errors.items())]
 
+    def stamps(self) -> np.ndarray:
+        """What identifies each file's contents (``read.file_stamp``: size, mtime_ns,
+        ctime_ns), int64 ``[n, 3]``, and each mask's after them when there are masks
+        (``[2n, 3]``); stats every file."""
+        paths = self.paths + (self.mask_paths or [])
+        return np.array([read.file_stamp(p) for p in paths], np.int64).reshape(-1, 3)
+
     def sizes(self) -> np.ndarray:
         """File sizes in bytes (int64 ``[n]``, -1 when unreadable); stats every file."""
         return np.fromiter((read.file_size(p) for p in self.paths), np.int64, len(self.paths))
@@ -151,6 +158,23 @@ def _check_int_labels(labels, class_names) -> np.ndarray:
 
 
 LINK_NOT_FOLLOWED = "symbolic link to a folder, not followed (follow_links=False)"
+
+
+def class_folders(subdirs: Sequence[str], directory: str) -> Dict[str, List[str]]:
+    """Class name (Unicode NFC, ``checks.nfc``) -> its folders' real names, in
+    sorted order. Folders whose names are one name in NFC (``café`` written by
+    Linux in NFC and by macOS in NFD) are one class: logged as a warning naming
+    both with their code points."""
+    out: Dict[str, List[str]] = {}
+    for n in subdirs:
+        out.setdefault(checks.nfc(n), []).append(n)
+    for name, group in out.items():
+        if len(group) > 1:
+            logging.warning(
+                "pipeline: class folders %s in %s are one name in Unicode NFC, %r: read as "
+                "one class (their files together). Rename one to keep them apart.",
+                " and ".join(checks.code_points(g) for g in group), directory, name)
+    return out
 
 
 def list_images(folder: str, follow_links: bool = False, top: Optional[str] = None,
@@ -277,7 +301,11 @@ def tiff_truncation(path: str) -> str:
 
 def index_directory(directory, *args, **kwargs) -> "Index":
     """``_index_directory`` (below); a folder read through fsspec is listed once
-    (``read.one_listing``): one paginated listing for the whole class-folder tree."""
+    (``read.one_listing``): one paginated listing for the whole class-folder tree.
+    A bytes ``directory`` (a name that need not be UTF-8) is taken as ``os.fsdecode``
+    gives it."""
+    if isinstance(directory, bytes):
+        directory = os.fsdecode(directory)
     if isinstance(directory, (str, os.PathLike)) and read.is_remote(os.fspath(directory)):
         with read.one_listing(os.fspath(directory)):
             return _index_directory(directory, *args, **kwargs)
@@ -347,21 +375,28 @@ def _index_directory(directory, labels="inferred", class_names=None,
                 "`directory` needs class sub-folders (a file's class is the name of its "
                 f"sub-folder), but it has none{held}. {checks.NO_CLASS_HINT} Received: "
                 f"directory={directory!r}")
+        folders = class_folders(subdirs, directory)
         if class_names is not None:
-            missing = [c for c in class_names if c not in subdirs]
+            missing = [c for c in class_names if c not in folders]
             if missing:
+                hint = "".join(checks.look_alike(c, subdirs) for c in missing)
                 raise ValueError(
                     f"`class_names` names folder(s) that do not exist in {directory!r}: "
                     f"{missing}. Existing class folders: {subdirs[:20]}"
-                    f"{'...' if len(subdirs) > 20 else ''}. Received: class_names={class_names!r}")
+                    f"{'...' if len(subdirs) > 20 else ''}{hint}. "
+                    f"Received: class_names={class_names!r}")
         else:
-            class_names = subdirs
+            class_names = sorted(folders)
         counts, empty = [], []
         for name in class_names:
-            files, errs, skipped = list_images(read.join(directory, name), follow_links,
-                                               directory, unlisted, links)
+            files, errs = [], {}
+            for folder in folders[name]:  # one folder, or the NFC and NFD folders of a name
+                f, e, skipped = list_images(read.join(directory, folder), follow_links,
+                                            directory, unlisted, links)
+                errs.update({len(files) + k: v for k, v in e.items()})
+                files.extend(f)
+                left_out.extend(skipped)
             errors.update({len(paths) + k: e for k, e in errs.items()})
-            left_out.extend(skipped)
             paths.extend(files)
             counts.append(len(files))
             if not files:
@@ -405,7 +440,8 @@ def index_paths(paths, labels=None, class_names=None) -> Index:
             length, a bad label, or a string label not in ``class_names``.
     """
     if hasattr(paths, "numpy"):
-        paths = [p.decode() if isinstance(p, bytes) else str(p) for p in paths.numpy().tolist()]
+        paths = [os.fsdecode(p) if isinstance(p, bytes) else str(p)
+                 for p in paths.numpy().tolist()]
     if isinstance(paths, (str, bytes, os.PathLike)):
         raise ValueError(
             "`paths` must be a list of file paths, not a single path; use "
@@ -421,7 +457,8 @@ def index_paths(paths, labels=None, class_names=None) -> Index:
     if bad is not None:
         raise ValueError("`paths` must hold file paths (str or PathLike). "
                          f"{checks.received(f'paths[{bad[0]}]', bad[1])}")
-    paths = [os.fspath(p) if not isinstance(p, bytes) else p.decode() for p in paths]
+    # bytes paths (names that need not be UTF-8) as Python's os functions hold them
+    paths = [os.fsdecode(p) for p in paths]
     if not paths:
         raise ValueError("`paths` is empty. Received: paths=[]")
     class_names = checks.check_class_names(class_names)
@@ -435,14 +472,15 @@ def index_paths(paths, labels=None, class_names=None) -> Index:
                 f"`labels` must have one entry per path: {len(paths)} paths, "
                 f"{len(given)} labels. Received: labels=<{len(given)} items>")
         if given and isinstance(given[0], (str, bytes)):
-            strs = [v.decode() if isinstance(v, bytes) else v for v in given]
+            strs = [checks.nfc(v.decode() if isinstance(v, bytes) else v) for v in given]
             if class_names is None:
                 class_names = sorted(set(strs))
             lookup = {c: k for k, c in enumerate(class_names)}
             unknown = sorted(set(strs) - set(lookup))
             if unknown:
+                hint = "".join(checks.look_alike(u, class_names) for u in unknown[:10])
                 raise ValueError(
-                    f"`labels` has class(es) not in `class_names`: {unknown[:10]}. "
+                    f"`labels` has class(es) not in `class_names`: {unknown[:10]}{hint}. "
                     f"Received: class_names={class_names!r}")
             label_list = np.asarray([lookup[s] for s in strs], np.int64)
         else:

@@ -268,6 +268,7 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
     raw_labels: list = []
     weights: Optional[List[float]] = [] if weight_column else None
     checked_header = False
+    listings: dict = {}  # folder listings for names in another Unicode normal form
     for line_no, row, header in read_rows(manifest):
         where = f"{manifest}, line {line_no}"
         if auto_label:
@@ -306,7 +307,9 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
         raw = raw.strip()
         if not raw:
             raise ManifestError(f"{where}: empty path in column {path_column!r}")
-        paths.append(resolve_path(raw, root, allow_outside_root, where))
+        # opened by its on-disk name (a name typed in NFC, the file's in NFD)
+        paths.append(read.on_disk_name(resolve_path(raw, root, allow_outside_root, where),
+                                       listings))
         lines.append(line_no)
         if label_columns:
             cells = [row[c] for c in label_columns]
@@ -418,7 +421,7 @@ def _labels(raw_labels, label_columns, label_mode, class_names):
                     raise ManifestError(
                         f"{where}: cannot parse label {v!r} in column {column!r}: items "
                         "must be class names or integer class indices")
-            lists.append((where, v, [str(t) for t in items]))
+            lists.append((where, v, [checks.nfc(str(t)) for t in items]))
         if class_names is None:
             names = sorted({t for _, _, items in lists for t in items})
             if names and all(_cell_kind(t) == "int" for t in names):
@@ -454,7 +457,7 @@ def _labels(raw_labels, label_columns, label_mode, class_names):
         if bad:
             raise ManifestError(f"{bad[0]}: label {bad[1]} in column {column!r} is negative")
         return labels, None, label_mode
-    strs = [str(v).strip() for _, v in cells]
+    strs = [checks.nfc(str(v).strip()) for _, v in cells]
     if class_names is None:
         class_names = sorted(set(strs))
     lookup = {c: k for k, c in enumerate(class_names)}
@@ -462,6 +465,7 @@ def _labels(raw_labels, label_columns, label_mode, class_names):
     for (where, v), s in zip(cells, strs):
         if s not in lookup:
             raise ManifestError(f"{where}: label {v!r} in column {column!r} is not in "
-                                f"class_names {class_names[:20]}")
+                                f"class_names {class_names[:20]}"
+                                + checks.look_alike(s, class_names))
         labels.append(lookup[s])
     return labels, class_names, label_mode

@@ -49,8 +49,8 @@ def _check_suffix(name: str, value) -> str:
 
 
 def _keys(folder: str, files: List[str], suffix: str) -> Tuple[Dict[str, List[str]], List[str]]:
-    """{relative folder + stem without ``suffix``: [files]} and the files whose stem
-    does not end with ``suffix`` (left out)."""
+    """{relative folder + stem without ``suffix``, in Unicode NFC: [files]} and the
+    files whose stem does not end with ``suffix`` (left out)."""
     out: Dict[str, List[str]] = {}
     other = []
     for p in files:
@@ -61,7 +61,7 @@ def _keys(folder: str, files: List[str], suffix: str) -> Tuple[Dict[str, List[st
                 other.append(p)
                 continue
             stem = stem[:-len(suffix)]
-        out.setdefault(stem, []).append(p)
+        out.setdefault(checks.nfc(stem), []).append(p)  # stems compared in Unicode NFC
     return out, other
 
 

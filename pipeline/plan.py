@@ -195,6 +195,15 @@ def sampled_rows(n: int, opts, key, labels, shares) -> tf.data.Dataset:
         stop_on_empty_dataset=False).take(len(mine))
 
 
+def record_files(files: Sequence[str], opts) -> Tuple[List[str], bool]:
+    """The shards this input pipeline reads (``records``' sharding), and whether it
+    reads them whole (by file) rather than every k-th record of all of them."""
+    k, i = opts.num_pipelines, opts.pipeline_id
+    if k == 1 or len(files) >= k:
+        return list(files)[i::k], True
+    return list(files), False
+
+
 def records(files: Sequence[str], counts: Sequence[int], opts, reader: Callable,
             buffer_size: int, key=None) -> Tuple[tf.data.Dataset, Optional[int]]:
     """This input pipeline's records of TFRecord shards, sharded then shuffled.

@@ -33,6 +33,7 @@ import tensorflow as tf
 from pipeline import assemble
 from pipeline import checks
 from pipeline import config
+from pipeline import read as read_lib
 from pipeline import sources
 from pipeline import transform
 
@@ -438,14 +439,14 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
     # Untimed pass: every sampled file is read (timings are then of warm,
     # page-cached reads) and decoded once; files whose decoder fails are left
     # out of the stage timings, which would otherwise never end on them.
-    sample = tf.data.Dataset.from_tensor_slices(good[:total]).map(
+    sample = tf.data.Dataset.from_tensor_slices(read_lib.path_bytes(good[:total])).map(
         assemble.graph_fn(lambda p: (p, tf.shape(decoder.decode(tf.io.read_file(p))[0])[0])),
         num_parallel_calls=opts.parallelism).ignore_errors()
-    paths = [p.decode() for p, _ in sample.as_numpy_iterator()]
+    paths = [p for p, _ in sample.as_numpy_iterator()]  # bytes, as the file system holds them
     if not paths:
         raise ValueError(f"No file of the {min(total, len(good))} sampled decodes; see "
                          "pipeline.scan for the reasons.")
-    base = tf.data.Dataset.from_tensor_slices((tf.constant(paths),
+    base = tf.data.Dataset.from_tensor_slices((tf.constant(read_lib.path_bytes(paths)),
                                                tf.zeros([len(paths)], tf.int32)))
     base = tf.data.Dataset.zip(base.repeat(), tf.data.Dataset.random(seed=0).batch(2)).map(
         lambda pe, s: (pe[0], pe[1], s))

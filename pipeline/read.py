@@ -31,7 +31,9 @@ import bisect
 import contextlib
 import errno
 import functools
+import hashlib
 import threading
+import unicodedata
 import os
 import posixpath
 import sys
@@ -58,6 +60,28 @@ class FeatureUnavailableError(ImportError):
     The message names the feature, the file, why it is unavailable, and the
     stack that provides it.
     """
+
+
+def path_bytes(paths: Sequence[str]) -> List[bytes]:
+    """Paths as the bytes the file system holds: a name that is not valid UTF-8
+    (listed by Python as str with surrogate escapes, ``os.fsdecode``) gets its own
+    bytes back, so TensorFlow opens the real file. For ``tf.constant``, which
+    refuses such str."""
+    return [p if isinstance(p, bytes) else p.encode("utf-8", "surrogateescape")
+            for p in paths]
+
+
+def shown(text: str) -> str:
+    """``text`` (a path, or a message holding paths) printable and valid UTF-8: the
+    bytes of a name that is not UTF-8 escaped as ``\\xe9`` (``caf\\xe9.jpg``); any
+    other text unchanged."""
+    if isinstance(text, bytes):
+        return text.decode("utf-8", "backslashreplace")
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def is_remote(path: str) -> bool:
@@ -380,44 +404,84 @@ def walk(folder: str, follow_links: bool = False, top: Optional[str] = None
         return
     if is_remote(folder):
         ensure_filesystem(folder)
-        for name, is_dir in listdir(folder):
-            child = posixpath.join(folder.rstrip("/"), name)
+        # Iterative (a stack of listings), not recursive: trees deeper than
+        # Python's recursion limit are walked too.
+        stack = [iter(listdir(folder))]
+        parents = [folder.rstrip("/")]
+        while stack:
+            entry = next(stack[-1], None)
+            if entry is None:
+                stack.pop()
+                parents.pop()
+                continue
+            name, is_dir = entry
+            child = posixpath.join(parents[-1], name)
             if is_hidden(name):
                 yield child, "hidden", ""
             elif is_dir:
-                yield from walk(child)
+                stack.append(iter(listdir(child)))
+                parents.append(child)
             else:
                 yield child, None, ""
         return
+    yield from _walk_local(folder, follow_links, top)
 
-    def local(d, ancestors):
-        real = os.path.realpath(d)
-        if real in ancestors:
-            logging.warning("pipeline: skipping %s: symbolic-link loop back to %s", d, real)
-            return
-        ancestors = ancestors | {real}
+
+def _walk_local(folder: str, follow_links: bool, top: Optional[str]
+                ) -> Iterator[Tuple[str, Optional[str], str]]:
+    """``walk`` of a local folder: depth first, entries sorted by name, with an
+    explicit stack of listings (no recursion: any depth). With ``follow_links``
+    each folder's real path is kept (a link's resolved once, with
+    ``os.path.realpath``; a plain sub-folder's is its parent's joined with its
+    name), and a linked folder whose real path is an open ancestor's (or
+    ``top``'s) is a loop."""
+    stack: list = []        # per open folder: iterator over its sorted entries
+    reals: list = []        # per open folder: its real path (follow_links only)
+    open_reals: set = {os.path.realpath(top)} if (top and follow_links) else set()
+
+    def enter(d, real):
+        """Pushes folder ``d``'s listing; returns the entry to yield instead, or None."""
+        if follow_links:
+            if real in open_reals:
+                logging.warning("pipeline: skipping %s: symbolic-link loop back to %s", d, real)
+                return ()
         try:
             with os.scandir(d) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as e:
-            yield d, UNLISTABLE, f"cannot list folder ({e.strerror or e})"
-            return
-        for e in entries:
-            if is_hidden(e.name):
-                yield e.path, "hidden", ""
-                continue
-            try:
-                is_dir = e.is_dir(follow_symlinks=follow_links)
-            except OSError:
-                is_dir = False
-            if not is_dir and not follow_links and e.is_symlink() and os.path.isdir(e.path):
-                yield e.path, LINK_TO_FOLDER, ""
-            elif is_dir:
-                yield from local(e.path, ancestors)
-            else:
-                yield e.path, None, link_problem(e.path) if e.is_symlink() else ""
+            return ((d, UNLISTABLE, f"cannot list folder ({e.strerror or e})"),)
+        stack.append(iter(entries))
+        reals.append(real)
+        if follow_links:
+            open_reals.add(real)
+        return ()
 
-    yield from local(folder, frozenset([os.path.realpath(top)]) if top else frozenset())
+    yield from enter(folder, os.path.realpath(folder) if follow_links else None)
+    while stack:
+        e = next(stack[-1], None)
+        if e is None:
+            stack.pop()
+            done = reals.pop()
+            if follow_links:
+                open_reals.discard(done)
+            continue
+        if is_hidden(e.name):
+            yield e.path, "hidden", ""
+            continue
+        try:
+            is_dir = e.is_dir(follow_symlinks=follow_links)
+        except OSError:
+            is_dir = False
+        if not is_dir and not follow_links and e.is_symlink() and os.path.isdir(e.path):
+            yield e.path, LINK_TO_FOLDER, ""
+        elif is_dir:
+            real = None
+            if follow_links:
+                real = (os.path.realpath(e.path) if e.is_symlink()
+                        else os.path.join(reals[-1], e.name))
+            yield from enter(e.path, real)
+        else:
+            yield e.path, None, link_problem(e.path) if e.is_symlink() else ""
 
 
 _SCOPE = threading.local()
@@ -561,6 +625,69 @@ def file_size(path: str) -> int:
         return os.path.getsize(path)
     except Exception:  # pylint: disable=broad-except  (OSError, OpError, fsspec's)
         return -1
+
+
+def on_disk_name(path: str, listings: Optional[dict] = None) -> str:
+    """``path`` as the local file system spells it, when ``path`` names it in
+    another Unicode normal form (a manifest typed in NFC, files made on macOS in
+    NFD): each component from the first one missing is matched, in NFC, against
+    its folder's listing (kept in ``listings``, {folder: names}, across calls).
+    ``path`` itself when it exists, is ASCII or a URI, or when no single entry
+    matches (the missing file is then reported as usual)."""
+    if path.isascii() or is_remote(path) or os.path.lexists(path):
+        return path
+    listings = {} if listings is None else listings
+    head, tail = path, []
+    while head and not os.path.lexists(head):
+        head, part = os.path.split(head)
+        if not part:
+            return path
+        tail.append(part)
+    for part in reversed(tail):
+        if head not in listings:
+            try:
+                listings[head] = os.listdir(head or ".")
+            except OSError:
+                listings[head] = []
+        want = unicodedata.normalize("NFC", part)
+        found = [n for n in listings[head] if unicodedata.normalize("NFC", n) == want]
+        if len(found) != 1:
+            return path
+        head = os.path.join(head, found[0])
+    return head
+
+
+def file_stamp(path: str) -> Tuple[int, int, int]:
+    """What identifies a file's contents without reading them: ``(size in bytes,
+    modification time in ns, change time in ns)``; -1 where unknown, all -1 when
+    the file cannot be stat'ed.
+
+    Local files: ``os.stat``'s ``st_size``, ``st_mtime_ns`` and ``st_ctime_ns`` (the
+    change time moves with every write, even when a tool puts the modification
+    time back, as ``touch -r`` or ``exiftool -P`` do). ``tf.io.gfile`` URIs: the
+    length and ``mtime_nsec``. fsspec URIs: ``size`` and the store's modification
+    time (``mtime``, ``LastModified``, or ``updated``), with a hash of its ``ETag``
+    as the third value.
+    """
+    try:
+        if is_remote(path) and reader(path) == "fsspec":
+            info = _fs(path).info(path)
+            when = next((info[k] for k in ("mtime", "LastModified", "updated", "last_modified")
+                         if info.get(k) is not None), None)
+            if hasattr(when, "timestamp"):
+                when = when.timestamp()
+            tag = info.get("ETag") or info.get("etag") or info.get("md5Hash")
+            return (int(info.get("size", -1)),
+                    int(float(when) * 1e9) if isinstance(when, (int, float)) else -1,
+                    int(hashlib.sha1(str(tag).encode()).hexdigest()[:15], 16) if tag else -1)
+        if is_remote(path):
+            ensure_filesystem(path)
+            st = tf.io.gfile.stat(path)
+            return int(st.length), int(st.mtime_nsec), -1
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    except Exception:  # pylint: disable=broad-except  (OSError, OpError, fsspec's)
+        return -1, -1, -1
 
 
 def try_read(path: str) -> Tuple[bytes, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import re
 import os
 import sys
 from typing import Dict, List, Optional
@@ -165,7 +166,10 @@ class ScanReport:
         return dataclasses.asdict(self)
 
     def to_json(self, **kw) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, **kw)
+        # A name that is not UTF-8 holds surrogate escapes (os.fsdecode): written as
+        # JSON's \\udcXX, so json.loads gives the same str back (os.fsencode: its bytes).
+        return re.sub("[\udc80-\udcff]", lambda m: f"\\u{ord(m.group()):04x}",
+                      json.dumps(self.to_dict(), ensure_ascii=False, **kw))
 
     def table(self) -> str:
         """A readable multi-section text report."""
@@ -227,7 +231,7 @@ class ScanReport:
             out.append(f"\nbad files ({len(self.bad_files)})")
             for b in self.bad_files:
                 out.append(f"  {b['path']}: {b['reason']}")
-        return "\n".join(out)
+        return read.shown("\n".join(out))  # names that are not UTF-8, escaped
 
     def __str__(self):
         return self.table()
@@ -380,7 +384,8 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
                       lambda: tf.constant(-1, tf.int64))
         return tf.clip_by_value(sof + 20, HEAD_BYTES, MAX_HEAD_BYTES)
 
-    ds = tf.data.Dataset.from_tensor_slices((tf.range(len(idx), dtype=tf.int64), idx.paths, pre,
+    ds = tf.data.Dataset.from_tensor_slices((tf.range(len(idx), dtype=tf.int64),
+                                             read.path_bytes(idx.paths), pre,
                                              [b""] * len(idx)))
     if fetch:
         def fill(k, path, pre_error, _):

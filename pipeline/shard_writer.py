@@ -166,7 +166,7 @@ def plan_sha256(idx: index_lib.Index, **options) -> str:
     h = hashlib.sha256(SIDECAR_FORMAT.encode())
     h.update(json.dumps(sorted(options.items()), default=str).encode())
     for p in idx.paths:
-        h.update(stored_path(p).encode() + b"\0")
+        h.update(read.path_bytes([stored_path(p)])[0] + b"\0")
     for arr in (idx.labels, idx.weights):
         h.update(b"-" if arr is None else np.ascontiguousarray(arr).tobytes())
     h.update(json.dumps([idx.mask_paths, sorted(idx.errors.items()),
@@ -241,7 +241,7 @@ def encode_row(idx: index_lib.Index, i: int, reencode=None):
             contents, fmt, has_exif, changed = out.numpy(), "jpeg", False, True
     feats = {
         "image": _feature_bytes(contents),
-        "path": _feature_bytes(stored_path(path).encode()),
+        "path": _feature_bytes(read.path_bytes([stored_path(path)])[0]),
         "format": _feature_bytes((fmt or "").encode()),
         "has_exif": _feature_ints([int(has_exif)]),
         "error": _feature_bytes(error.encode()),
@@ -342,7 +342,8 @@ def _mask_features(mask_path: str, error: str, counts) -> dict:
                              else formats.describe_start(contents[:4096]))
         error = f"mask {mask_path}: {why}"
     return {"mask": _feature_bytes(contents),
-            "mask_path": _feature_bytes(stored_path(mask_path).encode() if mask_path else b""),
+            "mask_path": _feature_bytes(read.path_bytes([stored_path(mask_path)])[0]
+                                        if mask_path else b""),
             "_error": error}
 
 

@@ -20,7 +20,8 @@ import dataclasses
 import inspect
 import json
 import os
-from typing import Callable, List, Optional, Sequence, Set
+import re
+from typing import Callable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -447,6 +448,65 @@ def short_shards(files: Sequence[str], counts: Sequence[int]):
                                   separator="; ")
 
 
+def read_shard(path) -> tf.data.Dataset:
+    """One shard's serialized records (str scalars), in file order, up to its first
+    unreadable record: a damaged shard (cut short, a flipped byte) ends there, on its
+    own, and the other shards read in parallel with it are read whole. The records
+    lost are counted by the guard (records per epoch against the sidecar) and named
+    by ``shard_damage``. All in graph (``ignore_errors`` on the shard's reader)."""
+    return tf.data.TFRecordDataset(path).ignore_errors()
+
+
+_FAULT = re.compile(r"(truncated|corrupted) record at (\d+)")
+
+
+def shard_damage(path: str, want: int) -> Optional[Tuple[str, int]]:
+    """None, or why shard ``path`` holds fewer readable records than the ``want`` its
+    sidecar lists, and how many are lost: ``(reason, lost)``.
+
+    The rare diagnosis path (eager, run once per damaged dataset): the shard is
+    counted up to its first unreadable record ``n`` (counting from 0), then read
+    at that record to catch TensorFlow's reader error, whose text names the cause
+    ("truncated record at OFFSET": the file ends inside the record's data or its
+    checksum; "corrupted record at OFFSET": the CRC-32C of its length or its data
+    does not match, so the bytes changed). The reader ends quietly inside a
+    record's 12-byte header: bytes past the last readable record are then a
+    truncated record too. A shard that ends cleanly at a record boundary is
+    "shard ends early". TFRecord framing:
+    https://www.tensorflow.org/tutorials/load_data/tfrecord#tfrecords_format_details
+    """
+    n, end = read_shard(path).reduce(
+        (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+        lambda acc, r: (acc[0] + 1, acc[1] + 16 + tf.cast(tf.strings.length(r), tf.int64)))
+    n, end = int(n), int(end)
+    if n >= want:
+        return None
+    lost = want - n
+    tail = (f"{lost} of its {want} records lost (records {n}-{want - 1}; the reader cannot "
+            "go past a damaged record)")
+    try:
+        for _ in tf.data.TFRecordDataset(path).skip(n).take(1):
+            pass
+    except tf.errors.OpError as e:
+        m = _FAULT.search(str(e))
+        if m and m.group(1) == "truncated":
+            return (f"truncated record: the shard ends inside record {n} (counting from 0; "
+                    f"it starts at byte {m.group(2)}), a partial copy: {tail}"), lost
+        if m:
+            return (f"CRC mismatch: record {n} (counting from 0; at byte {m.group(2)}) "
+                    f"fails its CRC-32C checksum, its bytes changed: {tail}"), lost
+        return (f"unreadable at record {n} (counting from 0): "
+                f"{type(e).__name__}: {str(e).splitlines()[0][:200]}: {tail}"), lost
+    size = read.file_size(path)
+    if size > end:  # TensorFlow's reader ends quietly inside a record's header
+        return (f"truncated record: the shard ends inside record {n} (counting from 0; "
+                f"it starts at byte {end}, {size - end} of its header's 12 bytes are "
+                f"there), a partial copy: {tail}"), lost
+    return (f"shard ends early: it ends cleanly after {n} records where {SIDECAR} lists "
+            f"{want} (record {n} on are missing), a partial copy: {lost} of its {want} "
+            f"records lost (records {n}-{want - 1})"), lost
+
+
 @dataclasses.dataclass
 class Records:
     """Encoded images stored in TFRecord shards (``pipeline.shards``), as a build input.
@@ -464,6 +524,11 @@ class Records:
             from Python, for diagnosing a failed record.
         lost_detail: in graph, names the shards that hold fewer readable
             records than written (a str scalar).
+        damaged_py: ``f(files) -> [(shard, reason, lost)]``: from Python, the
+            shards of ``files`` that are damaged, why, and the records lost
+            (``shard_damage``; computed once per shard).
+        read_shard: ``f(file) -> Dataset`` of one shard's serialized records,
+            ending at its first unreadable record (``read_shard``).
         buffer_size: encoded records held for shuffling.
         has_masks: segmentation pairs: ``parse``'s label is the mask's bytes.
         mask_formats: the mask formats stored.
@@ -480,6 +545,8 @@ class Records:
     formats: Set[str]
     read_py: Callable
     lost_detail: Callable
+    damaged_py: Callable
+    read_shard: Callable = read_shard
     buffer_size: int = 1024
     has_masks: bool = False
     mask_formats: Set[str] = dataclasses.field(default_factory=set)
@@ -555,7 +622,7 @@ def open_records(files, opts, shuffle_buffer_size: int = 1024) -> Records:
 
     def read_py(path: str):
         """A record's bytes, found by reading the shards again (the rare diagnosis path)."""
-        want = path.encode()
+        want = read.path_bytes([path])[0]
         for rec in tf.data.TFRecordDataset(files).ignore_errors():
             f = tf.io.parse_single_example(rec, spec)
             if f["path"].numpy() == want:
@@ -569,8 +636,27 @@ def open_records(files, opts, shuffle_buffer_size: int = 1024) -> Records:
         class_names=meta["class_names"], has_labels=kind is not None,
         has_weights=has_weights, formats=stored, read_py=read_py,
         lost_detail=lambda: short_shards(files, meta["file_counts"]),
+        damaged_py=_damage_memo(files, meta["file_counts"]),
         buffer_size=shuffle_buffer_size, has_masks=has_masks,
         mask_formats={k for k in meta.get("mask_formats", {}) if k and k != "unknown"})
+
+
+def _damage_memo(files, counts) -> Callable:
+    """``f(subset) -> [(shard, reason, lost)]``: ``shard_damage`` for the shards of
+    ``subset`` (of ``files``) that are damaged, each shard diagnosed once."""
+    want = dict(zip(files, counts))
+    seen: dict = {}
+
+    def damaged(subset):
+        out = []
+        for fl in subset:
+            if fl not in seen:
+                seen[fl] = shard_damage(fl, int(want[fl]))
+            if seen[fl] is not None:
+                out.append((fl,) + seen[fl])
+        return out
+
+    return damaged
 
 
 def stored_label_mode(files) -> Optional[str]:

@@ -63,7 +63,9 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
         labels: "inferred" (class = sub-folder), None (images only), or a
             sequence of int labels, one per image file in sorted path order.
         class_names: sequence of str or None: fixes the class order and may
-            name a subset of the sub-folders.
+            name a subset of the sub-folders. Names are compared in Unicode
+            NFC (a folder named in NFD on macOS matches its NFC name); the
+            dataset's ``class_names`` are NFC.
         follow_links: bool, follow symbolically linked folders. Without it,
             each link to a folder is left out and named in one warning (and
             in ``scan``'s report); links to files are read (as Keras).

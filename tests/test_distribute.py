@@ -124,3 +124,54 @@ def test_run_worker_and_run_dispatcher_check_their_arguments_before_a_server_sta
             start()
         assert str(e.value) == says
         service_args.claim_port(port).close()  # no server took the port
+
+
+@pytest.fixture(scope="module")
+def root_with_bad(tmp_path_factory):
+    """N good images and two bad files (a text file, a cut PNG)."""
+    r = make_images(tmp_path_factory.mktemp("bad"), N)
+    with open(f"{r}/c0/zz_text.png", "wb") as f:
+        f.write(b"not an image")
+    with open(f"{r}/c1/zz_cut.png", "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + b"\x00" * 30)
+    return r
+
+
+def test_errors_of_a_distributed_dataset_list_the_skipped_files(root_with_bad):
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    dist = pipeline.distribute_dataset(strategy, pipeline.from_directory, root_with_bad,
+                                       image_size=(8, 8), batch_size=4, shuffle=False,
+                                       on_error="skip")
+    assert pipeline.errors(dist) == []
+    got = sorted(int(v) for x, _ in dist for v in x[:, 0, 0, 0].numpy())
+    assert got == list(range(N))
+    recs = pipeline.errors(dist)
+    assert sorted(r.path.rsplit("/", 1)[1] for r in recs) == ["zz_cut.png", "zz_text.png"]
+    list(dist)  # a second epoch: each file once
+    assert len(pipeline.errors(dist)) == 2
+
+
+_MIRRORED_ERRORS = textwrap.dedent("""
+    import json, os, sys
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import pipeline
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    dist = pipeline.distribute_dataset(strategy, pipeline.from_directory, {root!r},
+                                       image_size=(8, 8), batch_size=4, on_error="skip")
+    n = 0
+    for x, y in dist:
+        n += sum(int(t.shape[0]) for t in strategy.experimental_local_results(x))
+    print(json.dumps({{"n": n, "errors": sorted(r.path for r in pipeline.errors(dist))}}))
+    sys.stdout.flush(); os._exit(0)
+""")
+
+
+def test_errors_of_a_mirrored_dataset_list_the_skipped_files(root_with_bad):
+    r = run_py(_MIRRORED_ERRORS.format(root=root_with_bad))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = last_json(r.stdout)
+    assert got["n"] == N
+    assert sorted(p.rsplit("/", 1)[1] for p in got["errors"]) == ["zz_cut.png", "zz_text.png"]

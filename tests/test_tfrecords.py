@@ -182,15 +182,17 @@ def test_corrupt_shard_is_loud(folder, tmp_path):
     b[len(b) // 2:len(b) // 2 + 16] = b"\x00" * 16
     open(shard, "wb").write(bytes(b))
     name = os.path.basename(shard)
-    # the damaged shard is named, with how many of its records can still be read
+    # the damaged shard is named, with the record, the cause and the records lost
     with pytest.raises(tf.errors.OpError,
-                       match=r"lost while reading the source before decoding; damaged: .*"
-                             + re.escape(name) + r" \(\d+ of \d+ records readable\)"):
+                       match=r"cannot read TFRecord shard .*" + re.escape(name)
+                             + r" \(CRC mismatch: record \d+ .* \d+ of its 5 records lost"):
         list(pipeline.from_tfrecords(out, image_size=(4, 4), shuffle=False))
     ds = pipeline.from_tfrecords(out, image_size=(4, 4), shuffle=False, on_error="skip")
     n = sum(int(x.shape[0]) for x, _ in ds)
     recs = pipeline.errors(ds)
-    assert 0 < n < 30 and len(recs) == 1 and name in recs[0].reason
+    assert len(recs) == 1 and recs[0].path == shard
+    lost = int(re.search(r"(\d+) of its 5 records lost", recs[0].reason).group(1))
+    assert 0 < lost <= 5 and n == 9 - lost  # the other shard whole, this one up to the damage
     other = sorted(f for f in os.listdir(out) if f.endswith(".tfrecord"))[1]
     assert other not in recs[0].reason
 
