@@ -13,8 +13,9 @@ import pipeline
 from pipeline import compat
 from tests._scale_helpers import REPO, make_images
 
-# Keras and TensorFlow APIs that change between versions: the result can differ by TensorFlow stack (setup.cfg: stack).
-pytestmark = pytest.mark.stack
+# Tests marked `stack` below: Keras and TensorFlow APIs that change between versions, the
+# result can differ by TensorFlow stack (setup.cfg); the other variants run on the current
+# stack only.
 
 N = 20
 
@@ -28,6 +29,7 @@ def _paths(root):
     return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
 
 
+@pytest.mark.stack
 def test_get_batch_one_epoch_exactly_once_with_labels(root):
     paths = _paths(root)
     values = [int(os.path.basename(p)[:3]) for p in paths]
@@ -44,6 +46,7 @@ def test_get_batch_one_epoch_exactly_once_with_labels(root):
     assert ds.file_paths == paths
 
 
+@pytest.mark.stack
 def test_get_batch_repeats_and_standardizes(root):
     paths = _paths(root)
     ds = compat.get_batch(paths, [0] * N, 8, 8, 1, batch_size=5, capacity=10,
@@ -55,6 +58,7 @@ def test_get_batch_repeats_and_standardizes(root):
         compat.get_batch(paths, [0] * N, 8, 8, 3, 5, capacity=0)
 
 
+@pytest.mark.stack
 def test_from_keras_generator_callable_iterator_and_sequence():
     def gen():
         for i in range(3):
@@ -83,6 +87,7 @@ def test_from_keras_generator_callable_iterator_and_sequence():
         compat.from_keras_generator(42)
 
 
+@pytest.mark.stack
 def test_flow_from_directory_mapping(root):
     ds = compat.flow_from_directory(root, target_size=(6, 7), color_mode="grayscale",
                                     class_mode="sparse", batch_size=4, shuffle=False,
@@ -104,6 +109,7 @@ def test_flow_from_directory_mapping(root):
     assert not set(tr.file_paths) & set(va.file_paths)
 
 
+@pytest.mark.stack
 def test_get_batch_endless_batches_are_full_across_epochs(root):
     """num_epochs=None: repeat before batch, as tf.train.batch: no short batch at
     an epoch boundary, and the static batch dimension is batch_size."""
@@ -114,6 +120,7 @@ def test_get_batch_endless_batches_are_full_across_epochs(root):
     assert sizes == [6] * 12
 
 
+@pytest.mark.stack
 def test_get_batch_int_epochs_only_the_last_batch_short(root):
     paths = _paths(root)
     values = [int(os.path.basename(p)[:3]) for p in paths]
@@ -146,8 +153,9 @@ def _keras_rule(root, split):
     return train, val
 
 
-@pytest.mark.parametrize("counts, split", [([1] * 10, 0.2), ([5, 3, 7, 1], 0.25),
-                                           ([10, 9], 0.5), ([4, 4], 0.0)])
+@pytest.mark.parametrize("counts, split", [
+    pytest.param([1] * 10, 0.2, marks=pytest.mark.stack), ([5, 3, 7, 1], 0.25), ([10, 9], 0.5),
+    ([4, 4], 0.0)])
 def test_flow_from_directory_splits_per_class_like_keras(tmp_path, counts, split):
     root = _class_tree(tmp_path / "d", counts)
     want_train, want_val = _keras_rule(root, split)
@@ -163,6 +171,7 @@ def test_flow_from_directory_splits_per_class_like_keras(tmp_path, counts, split
     assert [d.file_paths for d in both] == [want_train, want_val]
 
 
+@pytest.mark.stack
 def test_flow_from_directory_one_image_per_class_is_all_training(tmp_path):
     """10 classes x 1 image, validation_split=0.2: Keras gives 10 / 0 (int(0.2 * 1) = 0)."""
     root = _class_tree(tmp_path / "d", [1] * 10)
@@ -178,6 +187,7 @@ def test_flow_from_directory_one_image_per_class_is_all_training(tmp_path):
     assert len(everything.file_paths) == 10
 
 
+@pytest.mark.stack
 def test_flow_from_directory_split_matches_keras_legacy_iterator(tmp_path):
     """Side by side with Keras' own legacy DirectoryIterator, where it imports
     (Keras 3 keeps it as keras.src.legacy.preprocessing.image; its random
@@ -196,6 +206,7 @@ def test_flow_from_directory_split_matches_keras_legacy_iterator(tmp_path):
             assert [int(y) for _, y in ds] == it.classes.tolist()
 
 
+@pytest.mark.stack
 def test_flow_from_directory_augmentation_error_names_every_option(root):
     with pytest.raises(ValueError) as e:
         compat.flow_from_directory(root, rotation_range=20, zoom_range=0.1,
@@ -219,11 +230,13 @@ def test_flow_from_directory_augmentation_error_names_every_option(root):
     ({"rescale": 2.0}, "rescale"),
     ({"colour": 1}, "colour"),
 ])
+@pytest.mark.stack
 def test_flow_from_directory_refuses_options_without_equivalent(root, kw, match):
     with pytest.raises(ValueError, match=match):
         compat.flow_from_directory(root, **kw)
 
 
+@pytest.mark.stack
 @pytest.mark.slow  # benchmarks/queue_runners.py end to end
 def test_queue_runner_benchmark_runs_side_by_side(root, tmp_path):
     out = tmp_path / "qr.json"
@@ -237,3 +250,26 @@ def test_queue_runner_benchmark_runs_side_by_side(root, tmp_path):
     names = [x["name"] for x in got["results"]]
     assert names == ["tf1_queue_runners", "pipeline_from_paths"]
     assert all(x["images"] >= 12 and x["images_per_sec"] > 0 for x in got["results"])
+
+
+@pytest.mark.stack
+def test_from_keras_generator_plain_sequence_and_iterator_continue_across_epochs():
+    class OldSequence:  # keras 2 style: no base class, on_epoch_end only
+        ends = 0
+
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return _batch(i)
+
+        def on_epoch_end(self):
+            OldSequence.ends += 1
+
+    seq = OldSequence()
+    ds = compat.from_keras_generator(seq, steps=2)
+    assert [[int(x[0, 0]) for x, _ in ds] for _ in range(4)] == [[0, 1], [2, 3], [4], [0, 1]]
+    assert OldSequence.ends == 4
+    it = iter([_batch(i) for i in range(5)])
+    ds = compat.from_keras_generator(it, steps=2)
+    assert [[int(x[0, 0]) for x, _ in ds] for _ in range(2)] == [[0, 1], [2, 3]]
