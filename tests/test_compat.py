@@ -14,8 +14,9 @@ import pipeline
 from pipeline import compat
 from tests._scale_helpers import REPO, make_images
 
-# Keras and TensorFlow APIs that change between versions: the result can differ by TensorFlow stack (setup.cfg: stack).
-pytestmark = pytest.mark.stack
+# Tests marked `stack` below: Keras and TensorFlow APIs that change between versions, the
+# result can differ by TensorFlow stack (setup.cfg); the other variants run on the current
+# stack only.
 
 N = 20
 
@@ -29,6 +30,7 @@ def _paths(root):
     return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
 
 
+@pytest.mark.stack
 def test_get_batch_one_epoch_exactly_once_with_labels(root):
     paths = _paths(root)
     values = [int(os.path.basename(p)[:3]) for p in paths]
@@ -45,6 +47,7 @@ def test_get_batch_one_epoch_exactly_once_with_labels(root):
     assert ds.file_paths == paths
 
 
+@pytest.mark.stack
 def test_get_batch_repeats_and_standardizes(root):
     paths = _paths(root)
     ds = compat.get_batch(paths, [0] * N, 8, 8, 1, batch_size=5, capacity=10,
@@ -56,6 +59,7 @@ def test_get_batch_repeats_and_standardizes(root):
         compat.get_batch(paths, [0] * N, 8, 8, 3, 5, capacity=0)
 
 
+@pytest.mark.stack
 def test_from_keras_generator_callable_iterator_and_sequence():
     def gen():
         for i in range(3):
@@ -84,6 +88,7 @@ def test_from_keras_generator_callable_iterator_and_sequence():
         compat.from_keras_generator(42)
 
 
+@pytest.mark.stack
 def test_flow_from_directory_mapping(root):
     ds = compat.flow_from_directory(root, target_size=(6, 7), color_mode="grayscale",
                                     class_mode="sparse", batch_size=4, shuffle=False,
@@ -105,6 +110,7 @@ def test_flow_from_directory_mapping(root):
     assert not set(tr.file_paths) & set(va.file_paths)
 
 
+@pytest.mark.stack
 def test_get_batch_endless_batches_are_full_across_epochs(root):
     """num_epochs=None: repeat before batch, as tf.train.batch: no short batch at
     an epoch boundary, and the static batch dimension is batch_size."""
@@ -115,6 +121,7 @@ def test_get_batch_endless_batches_are_full_across_epochs(root):
     assert sizes == [6] * 12
 
 
+@pytest.mark.stack
 def test_get_batch_int_epochs_only_the_last_batch_short(root):
     paths = _paths(root)
     values = [int(os.path.basename(p)[:3]) for p in paths]
@@ -147,8 +154,9 @@ def _keras_rule(root, split):
     return train, val
 
 
-@pytest.mark.parametrize("counts, split", [([1] * 10, 0.2), ([5, 3, 7, 1], 0.25),
-                                           ([10, 9], 0.5), ([4, 4], 0.0)])
+@pytest.mark.parametrize("counts, split", [
+    pytest.param([1] * 10, 0.2, marks=pytest.mark.stack), ([5, 3, 7, 1], 0.25), ([10, 9], 0.5),
+    ([4, 4], 0.0)])
 def test_flow_from_directory_splits_per_class_like_keras(tmp_path, counts, split):
     root = _class_tree(tmp_path / "d", counts)
     want_train, want_val = _keras_rule(root, split)
@@ -164,6 +172,7 @@ def test_flow_from_directory_splits_per_class_like_keras(tmp_path, counts, split
     assert [d.file_paths for d in both] == [want_train, want_val]
 
 
+@pytest.mark.stack
 def test_flow_from_directory_one_image_per_class_is_all_training(tmp_path):
     """10 classes x 1 image, validation_split=0.2: Keras gives 10 / 0 (int(0.2 * 1) = 0)."""
     root = _class_tree(tmp_path / "d", [1] * 10)
@@ -179,6 +188,7 @@ def test_flow_from_directory_one_image_per_class_is_all_training(tmp_path):
     assert len(everything.file_paths) == 10
 
 
+@pytest.mark.stack
 def test_flow_from_directory_split_matches_keras_legacy_iterator(tmp_path):
     """Side by side with Keras' own legacy DirectoryIterator, where it imports
     (Keras 3 keeps it as keras.src.legacy.preprocessing.image; its random
@@ -197,6 +207,7 @@ def test_flow_from_directory_split_matches_keras_legacy_iterator(tmp_path):
             assert [int(y) for _, y in ds] == it.classes.tolist()
 
 
+@pytest.mark.stack
 def test_flow_from_directory_augmentation_error_names_every_option(root):
     with pytest.raises(ValueError) as e:
         compat.flow_from_directory(root, rotation_range=20, zoom_range=0.1,
@@ -220,11 +231,13 @@ def test_flow_from_directory_augmentation_error_names_every_option(root):
     ({"rescale": 2.0}, "rescale"),
     ({"colour": 1}, "colour"),
 ])
+@pytest.mark.stack
 def test_flow_from_directory_refuses_options_without_equivalent(root, kw, match):
     with pytest.raises(ValueError, match=match):
         compat.flow_from_directory(root, **kw)
 
 
+@pytest.mark.stack
 @pytest.mark.slow  # benchmarks/queue_runners.py end to end
 def test_queue_runner_benchmark_runs_side_by_side(root, tmp_path):
     out = tmp_path / "qr.json"
@@ -305,6 +318,7 @@ def _py_dataset(n):
     return Counted()
 
 
+@pytest.mark.stack
 def test_from_keras_generator_object_feeds_what_keras_fit_feeds(recorder):
     keras_fed = recorder.fit(_counting_generator(), epochs=3, steps_per_epoch=3)
     assert keras_fed == list(range(9))
@@ -315,6 +329,7 @@ def test_from_keras_generator_object_feeds_what_keras_fit_feeds(recorder):
                                                                  [6, 7, 8]]
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("n", [9, 10, 2])
 def test_from_keras_generator_py_dataset_feeds_what_keras_fit_feeds(recorder, n):
     """steps < len continues through the indices epoch after epoch (len 9:
@@ -338,6 +353,7 @@ def test_from_keras_generator_py_dataset_feeds_what_keras_fit_feeds(recorder, n)
     assert ours.ends == 4 and theirs.ends == 5
 
 
+@pytest.mark.stack
 def test_from_keras_generator_py_dataset_on_epoch_end_between_epochs():
     seq = _py_dataset(5)
     ds = compat.from_keras_generator(seq, steps=2)
@@ -349,6 +365,7 @@ def test_from_keras_generator_py_dataset_on_epoch_end_between_epochs():
                        ("end", 4)]
 
 
+@pytest.mark.stack
 def test_from_keras_generator_py_dataset_without_steps_each_epoch_whole(recorder):
     theirs, ours = _py_dataset(4), _py_dataset(4)
     keras_fed = recorder.fit(theirs, epochs=2, shuffle=False)
@@ -357,6 +374,7 @@ def test_from_keras_generator_py_dataset_without_steps_each_epoch_whole(recorder
     assert ours.ends == 2
 
 
+@pytest.mark.stack
 def test_from_keras_generator_shuffle_permutes_each_pass_seeded():
     seq = _py_dataset(6)
     ds = compat.from_keras_generator(seq, steps=3, shuffle=True, seed=1)
@@ -369,6 +387,7 @@ def test_from_keras_generator_shuffle_permutes_each_pass_seeded():
         compat.from_keras_generator(_counting_generator(), steps=3, shuffle=True)
 
 
+@pytest.mark.stack
 def test_from_keras_generator_endless_py_dataset_needs_steps():
     import keras
 
@@ -386,6 +405,7 @@ def test_from_keras_generator_endless_py_dataset_needs_steps():
         compat.from_keras_generator(Endless())
 
 
+@pytest.mark.stack
 def test_from_keras_generator_short_generator_warns_like_keras():
     ds = compat.from_keras_generator(_counting_generator(4), steps=3)
     assert [int(x[0, 0]) for x, _ in ds] == [0, 1, 2]
@@ -394,7 +414,7 @@ def test_from_keras_generator_short_generator_warns_like_keras():
     assert [int(x[0, 0]) for x, _ in ds] == []
 
 
-
+@pytest.mark.stack
 def test_from_keras_generator_plain_sequence_and_iterator_continue_across_epochs():
     class OldSequence:  # keras 2 style: no base class, on_epoch_end only
         ends = 0
