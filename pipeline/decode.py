@@ -778,6 +778,91 @@ def diagnose(contents, fmt):
     return reason
 
 
+# ---------------------------------------------------------------- PNG colour key
+
+# Chunks walked after IHDR to find tRNS (it must come before IDAT).
+PNG_MAX_CHUNKS = 64
+
+
+def png_colour_key(contents):
+    """In graph: a gray or RGB PNG's colour key (its ``tRNS`` chunk, PNG 1.2 §4.2.1.1).
+
+    Args:
+        contents: tf.string scalar, a PNG file.
+
+    Returns:
+        ``(keyed, key)``: bool scalar, True for colour type 0 (gray) or 2 (RGB)
+        with a ``tRNS`` chunk before the first ``IDAT`` (within the first
+        ``PNG_MAX_CHUNKS`` chunks) at least one key long (2 bytes gray, 6
+        RGB: a shorter one is ignored, as libpng does; Pillow raises on it);
+        int32 ``[3]``, the key's 16-bit values (gray: the first, repeated).
+        Palette, gray + alpha and RGBA PNGs are never keyed here (palette
+        transparency is libpng's own, exact).
+    """
+    ctype = bytes_at(contents, 25, 1)[0]
+    size = tf.cast(tf.strings.length(contents), tf.int64)
+
+    def be32(pos):
+        b = bytes_at(contents, pos, 4)
+        return ((b[0] * 256 + b[1]) * 256 + b[2]) * 256 + b[3]
+
+    def find():
+        def cond(i, pos, found):
+            return (i < PNG_MAX_CHUNKS) & (found < 0) & (pos + 8 <= size)
+
+        def body(i, pos, found):
+            kind = tf.strings.substr(contents, pos + 4, 4)
+            is_trns = tf.equal(kind, b"tRNS")
+            stop = is_trns | tf.equal(kind, b"IDAT")
+            found = tf.where(stop, tf.where(is_trns, pos, tf.constant(-2, tf.int64)), found)
+            return i + 1, pos + 12 + be32(pos), found
+
+        _, _, found = tf.while_loop(
+            cond, body, (tf.constant(0), tf.constant(8, tf.int64), tf.constant(-1, tf.int64)))
+        need = tf.where(tf.equal(ctype, 2), tf.constant(6, tf.int64), 2)
+        ok = (found >= 8) & (be32(found) >= need) & (found + 8 + need <= size)
+        b = bytes_at(contents, found + 8, 6)
+        values = tf.cast(b[0::2] * 256 + b[1::2], tf.int32)
+        key = tf.where(tf.equal(ctype, 2), values, tf.fill([3], values[0]))
+        return ok, key
+
+    return tf.cond(tf.equal(ctype, 0) | tf.equal(ctype, 2), find,
+                   lambda: (tf.constant(False), tf.zeros([3], tf.int32)))
+
+
+def png_keyed(contents, key):
+    """In graph: a colour-keyed gray or RGB PNG as uint8 RGBA ``[h, w, 4]``, with
+    Pillow's alpha (``Image.open(f).convert("RGBA")``, Pillow 13): 0 where the
+    pixel matches the key, else 255; colour as ``decode_png`` gives it (1-4 bit
+    gray scaled to 0-255, 16-bit as ``v >> 8``).
+
+    Pillow's match, kept exactly (it departs from the PNG specification, which
+    compares raw samples): Pillow's 8-bit pixel against the key's low byte
+    (``rgbT2a`` in Pillow's ``Convert.c``), where that pixel is, for 1-bit
+    gray, 0 or 255 with a key of 255 when non-zero; for 2- and 4-bit gray, the
+    sample scaled to 0-255 (so of those only key 0 can match); for 8-bit, the
+    sample; for 16-bit gray, the sample clipped to 255; for 16-bit RGB, the
+    sample's high byte.
+
+    Args:
+        contents: tf.string scalar, a PNG of colour type 0 or 2.
+        key: int32 ``[3]``, from ``png_colour_key``.
+    """
+    depth = tf.cast(bytes_at(contents, 24, 1)[0], tf.int32)
+    wide = tf.cast(tf.io.decode_png(contents, channels=0, dtype=tf.uint16), tf.int32)
+    n = tf.shape(wide)[-1]
+    gray = tf.equal(n, 1)
+    image = tf.where(depth == 16, tf.bitwise.right_shift(wide, 8), wide // 257)
+    seen = tf.where((depth == 16) & gray, tf.minimum(wide, 255), image)
+    key = tf.where(depth == 1, tf.where(key > 0, 255, 0), tf.bitwise.bitwise_and(key, 255))
+    clear = tf.reduce_all(tf.equal(seen, key[:n]), axis=-1, keepdims=True)
+    rgb = tf.cast(tf.gather(image, tf.where(gray, [0, 0, 0], [0, 1, 2]), axis=-1), tf.uint8)
+    alpha = tf.where(clear, tf.constant(0, tf.uint8), tf.constant(255, tf.uint8))
+    out = tf.concat([rgb, alpha], -1)
+    out.set_shape([None, None, 4])
+    return out
+
+
 # ---------------------------------------------------------------- fallback
 
 def pillow_image(contents: bytes) -> np.ndarray:
@@ -984,8 +1069,11 @@ class Decoder:
         if self.channels == 4:
             # decode_png(channels=4) gives 1-, 2- and 4-bit gray and palette
             # PNGs an alpha of 1, 3 or 15 (their bit depth's maximum), not
-            # 255: decode as stored and add an opaque alpha ourselves.
-            return to_channels(tf.io.decode_png(contents, channels=0), 4)
+            # 255: decode as stored and add an opaque alpha ourselves; a gray
+            # or RGB PNG with a colour key (tRNS) takes ``png_keyed``.
+            keyed, key = png_colour_key(contents)
+            return tf.cond(keyed, lambda: png_keyed(contents, key),
+                           lambda: to_channels(tf.io.decode_png(contents, channels=0), 4))
         return tf.io.decode_png(contents, channels=self.channels)
 
     def _gif(self, contents):
