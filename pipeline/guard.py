@@ -35,6 +35,7 @@ from absl import logging
 from pipeline import bmp as bmp_lib
 from pipeline import decode as decode_lib
 from pipeline import formats
+from pipeline import jpegscan
 
 # Names of the rare-path Python ops of the guard; pipeline.resume treats
 # them as checkpoint-safe (they only record or explain, they hold no state).
@@ -245,6 +246,10 @@ def diagnose(contents: bytes, read_error: str, decode_fn: Callable, finish_fn: C
     if contents[:3] == b"\xff\xd8\xff" and not contents.endswith(b"\xff\xd9"):
         return TRUNCATED_JPEG  # as decode.diagnose names it, from the bytes alone
     c = tf.constant(contents)
+    if contents[:3] == b"\xff\xd8\xff":
+        cut = jpegscan.cut_reason(contents)  # cut in its scan data, an EOI after the cut
+        if cut:
+            return cut
     try:
         image, reason = decode_fn(c)
         reason = reason.numpy().decode("utf-8", "replace")

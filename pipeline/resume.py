@@ -45,7 +45,7 @@ _PYTHON_STATE_OPS = {
 # skip recorder, the failure diagnosis, the Pillow fallback decoder, the
 # other-formats decoder of a JPEG-only graph and the remote-file fetch (fsspec).
 _SAFE_PY_OPS = (guard.RECORDER_OP_NAME, guard.DIAGNOSE_OP_NAME, decode.FALLBACK_OP_NAME,
-                decode.OTHERS_OP_NAME, read.FETCH_OP_NAME)
+                decode.OTHERS_OP_NAME, decode.JPEG_CUT_OP_NAME, read.FETCH_OP_NAME)
 _SERVICE_OPS = ("DataServiceDataset", "DataServiceDatasetV2", "DataServiceDatasetV3",
                 "DataServiceDatasetV4")
 
