@@ -778,10 +778,33 @@ def diagnose(contents, fmt):
     reason = tf.where((fmt == _F.PNG) & no_iend, "truncated PNG (no IEND end chunk)", reason)
     reason = tf.where((fmt == _F.JPEG) & tf.not_equal(tail2, b"\xff\xd9"),
                       "truncated JPEG (no end-of-image marker)", reason)
+    reason = tf.cond(fmt == _F.JPEG, lambda: _unsupported_jpeg(contents, reason),
+                     lambda: reason)
     reason = tf.where(fmt == _F.UNKNOWN, tf.strings.join(
         ["not an image (first bytes ", first, ")"]), reason)
     reason = tf.where(size == 0, "empty file (0 bytes)", reason)
     return reason
+
+
+def _unsupported_jpeg(contents, reason):
+    """In graph (``diagnose``): ``formats.jpeg_unsupported``'s name for a JPEG whose
+    frame header (SOF marker and precision) is a valid variant TensorFlow's
+    decoder does not read (a DHP segment is not looked for here), else ``reason``."""
+    sof = jpeg_sof_offset(contents)
+    b = bytes_at(contents, sof, 5)
+    marker, precision = b[1], b[4]
+    names = ["SOF%d" % i for i in range(16)]
+    for m, name in _F._JPEG_PROCESS.items():  # pylint: disable=protected-access
+        names[m - 0xC0] = name
+    name = tf.gather(tf.constant(names), tf.clip_by_value(marker - 0xC0, 0, 15))
+    lossless_or_diff = tf.reduce_any(tf.equal(marker, [0xC3, 0xCB, 0xC5, 0xC6, 0xC7, 0xCD,
+                                                       0xCE, 0xCF]))
+    wide = tf.reduce_any(tf.equal(marker, [0xC1, 0xC2, 0xC9, 0xCA])) & (precision != 8)
+    text = tf.strings.format("unsupported JPEG variant: {}-bit {} JPEG (SOF{}, P={}), a valid "
+                             "JPEG that TensorFlow's decoder does not read; convert it to PNG "
+                             "or an 8-bit baseline JPEG", (precision, name, marker - 0xC0,
+                                                           precision))
+    return tf.where((sof >= 0) & (lossless_or_diff | wide), text, reason)
 
 
 # ---------------------------------------------------------------- PNG colour key
