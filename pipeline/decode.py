@@ -291,7 +291,6 @@ def _halve(image, ratio: int):
 
 EXIF_ENTRIES = 32   # IFD0 entries searched for the orientation tag
 HEADER_WORDS = 8    # 32-bit words of the file's start read by ``header_words``
-_ENTRY_INDEX = np.arange(EXIF_ENTRIES, dtype=np.int32)
 
 
 def header_words(contents):
@@ -382,9 +381,9 @@ def exif_orientation(contents, words=None):
     """The EXIF orientation tag (int32 scalar, 1-8; 1 when absent or invalid) of a JPEG.
 
     Finds the first APP1 "Exif" block among the APPn and COM segments that
-    follow SOI (however many), reads its TIFF header (byte order, IFD0 offset) and
-    looks for tag 0x0112 among the first ``EXIF_ENTRIES`` entries of IFD0 (EXIF
-    2.32, section 4.6). The first two segments are read from ``words``
+    follow SOI (however many) and reads tag 0x0112 of its IFD0 as Pillow does,
+    malformed blocks included (``app1_orientation``: EXIF 2.32 section 4.6, and
+    Pillow's rules for field types, counts, offsets and repeated tags). The first two segments are read from ``words``
     (``header_words``, the first 32 bytes) by ``exif_route``, which settles the
     common layouts (no segment; EXIF first; JFIF APP0 alone; JFIF APP0 then
     EXIF) without a branch; other layouts (an ICC or Photoshop segment after
@@ -445,8 +444,7 @@ def exif_orientation(contents, words=None):
                           tf.constant(20, tf.int64))
             found = tf.cond(tf.equal(route, ROUTE_WALK), walk, lambda: at)
             # read whether found or not (fewer ops than a branch); -1 reads past SOI
-            present, o = ifd0_short(contents, found + 10, 0x0112)
-            return tf.where((found >= 0) & present & (o >= 1) & (o <= 8), o, 1)
+            return tf.where(found >= 0, app1_orientation(contents, found), 1)
         return bmp_lib.unlowered_case(tf.constant(0), [find])
 
     def after_route():
@@ -506,30 +504,94 @@ def jpeg_sof_offset(contents):
         step, (tf.constant(2, tf.int64), tf.constant(-1, tf.int64)))[1]
 
 
-def ifd0_short(contents, tiff, tag: int):
-    """(present, value) of a SHORT-valued ``tag`` among the first ``EXIF_ENTRIES``
-    entries of IFD0 of the TIFF structure at byte ``tiff`` (int64 scalar, >= 0;
-    TIFF 6.0, section 2: byte order "II"/"MM", IFD offset, 12-byte entries):
-    a bool scalar and an int32 scalar (0 when absent). Reads past the end of
-    ``contents`` give zeros (no entry). Two reads, each decoded in both byte
-    orders (``decode_raw``) and chosen: about 30 ops, no branch."""
+# Pillow's TIFF field types (``ImageFileDirectory_v2._load_dispatch``): the size of
+# one value in bytes, 0 for a type Pillow skips (its entry is ignored).
+_TIFF_UNIT = np.zeros([64], np.int64)
+for _t, _n in {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8,
+               13: 4, 16: 8}.items():
+    _TIFF_UNIT[_t] = _n
+# Types whose value Pillow gives as a number (BYTE, ASCII and UNDEFINED come as
+# bytes or text: never an orientation).
+_TIFF_NUMERIC = np.zeros([64], bool)
+_TIFF_NUMERIC[[3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 16]] = True
+
+
+def app1_orientation(contents, seg):
+    """The EXIF orientation (int32 scalar, 2-8, else 1) of the APP1 "Exif" segment
+    whose marker is at byte ``seg`` (int64 scalar, >= 0), as Pillow 13 reads it
+    (``Image.getexif().get(0x0112)`` and ``ImageOps.exif_transpose``): the TIFF
+    structure is the segment's payload after "Exif\0\0" (once or twice), and
+    nothing past the segment's end is read; byte order "II" or "MM" with 42 in
+    either byte order; IFD0 at its offset, its entries while whole; the first
+    entry of tag 0x0112 that Pillow keeps wins: of a type Pillow reads (1-13,
+    16), a non-zero size, its data inside the structure (a value over 4 bytes
+    at its offset; the sizes of such values, summed over the entries so far,
+    no larger than the structure) -- later entries of the tag are ignored. Its
+    first value (a count above 1 gives the first) is the orientation when it
+    is a number equal to 2-8 (SHORT, LONG, signed, IFD, LONG8, RATIONAL 12/2,
+    FLOAT 6.0 alike); BYTE, ASCII and UNDEFINED values never are.
+
+    Vectorised over the first ``EXIF_ENTRIES`` entries (no loop): Pillow reads
+    every entry, so a tag past them is not seen here (docs/limitations.md).
+    """
     size = tf.cast(tf.strings.length(contents), tf.int64)
-    hdr = tf.strings.substr(contents, tf.minimum(tiff, size), 8)
-    little = tf.equal(tf.strings.substr(hdr, 0, 1), b"I")
-    _, offset = tf.unstack(tf.where(
-        little, tf.io.decode_raw(hdr, tf.int32, little_endian=True, fixed_length=8),
-        tf.io.decode_raw(hdr, tf.int32, little_endian=False, fixed_length=8)), num=2)
-    ifd = tiff + tf.bitwise.bitwise_and(tf.cast(offset, tf.int64), 0xFFFFFFFF)
-    n = 2 + 12 * EXIF_ENTRIES
-    e = tf.strings.substr(contents, tf.minimum(ifd, size), n)
-    u = tf.cast(tf.where(little, tf.io.decode_raw(e, tf.uint16, little_endian=True, fixed_length=n),
-                         tf.io.decode_raw(e, tf.uint16, little_endian=False, fixed_length=n)),
-                tf.int32)
-    count, entries = tf.split(u, [1, 6 * EXIF_ENTRIES])
-    # an entry's 16-bit fields: tag, type, count (2), value (2; a SHORT is the first)
-    tags, _, _, _, values, _ = tf.unstack(tf.reshape(entries, [EXIF_ENTRIES, 6]), num=6, axis=1)
-    hit = tf.equal(tags, tag) & tf.less(_ENTRY_INDEX, count)
-    return tf.reduce_any(hit), tf.reduce_max(tf.where(hit, values, 0))
+    seg_len = _u16(bytes_at(contents, seg + 2, 2), 0, tf.constant(False))
+    end = tf.minimum(seg + 2 + seg_len, size)
+    tiff = seg + 10
+    again = tf.equal(tf.strings.substr(contents, tf.minimum(tiff, size), 6), b"Exif\x00\x00")
+    tiff = tf.where(again, tiff + 6, tiff)
+    limit = end - tiff  # bytes of the TIFF structure
+    hdr = bytes_at(contents, tiff, 8)
+    little = tf.equal(hdr[0], ord("I")) & tf.equal(hdr[1], ord("I"))
+    big = tf.equal(hdr[0], ord("M")) & tf.equal(hdr[1], ord("M"))
+    magic = (tf.equal(hdr[2], 42) & tf.equal(hdr[3], 0)) | (tf.equal(hdr[2], 0) & tf.equal(hdr[3], 42))
+    ok = (little | big) & magic & (limit >= 8)
+    w_le = tf.constant([1, 256, 65536, 16777216, 2 ** 32, 2 ** 40, 2 ** 48, 2 ** 56], tf.int64)
+    w_be = tf.reverse(w_le[:4], [0])
+
+    def uint(b, n):  # unsigned little/big-endian integers of the first n bytes of rows b
+        le = tf.reduce_sum(b[..., :n] * w_le[:n], -1)
+        be = tf.reduce_sum(b[..., :n] * w_le[:n][::-1], -1)
+        return tf.where(little, le, be)
+
+    ifd = uint(hdr[4:8], 4)
+    count = uint(bytes_at(contents, tiff + ifd, 2), 2)
+    ok = ok & (ifd + 2 <= limit)
+    raw = tf.reshape(bytes_at(contents, tiff + ifd + 2, 12 * EXIF_ENTRIES), [EXIF_ENTRIES, 12])
+    index = tf.range(EXIF_ENTRIES, dtype=tf.int64)
+    whole = (index < count) & (ifd + 2 + 12 * (index + 1) <= limit)
+    tag, typ, cnt = uint(raw[:, 0:2], 2), uint(raw[:, 2:4], 2), uint(raw[:, 4:8], 4)
+    unit = tf.gather(_TIFF_UNIT, tf.minimum(typ, 63))
+    nbytes = cnt * unit
+    outside = nbytes > 4
+    offset = uint(raw[:, 8:12], 4)
+    total = tf.cumsum(tf.where(whole & (unit > 0) & outside, nbytes, 0))
+    fits = ~outside | ((total <= limit) & (offset + nbytes <= limit))
+    kept = whole & tf.equal(tag, 0x0112) & (unit > 0) & (nbytes > 0) & fits
+    first = tf.argmax(tf.cast(kept, tf.int32))
+    t, u = typ[first], unit[first]
+    at = tf.where(outside[first], tiff + offset[first], tiff + ifd + 2 + 12 * first + 8)
+    b = bytes_at(contents, at, 8)
+    if_le = lambda n: tf.reduce_sum(b[:n] * w_le[:n])
+    if_be = lambda n: tf.reduce_sum(b[:n] * w_le[:n][::-1])
+    val = lambda n: tf.where(little, if_le(n), if_be(n))
+    signed = lambda v, bits: tf.where(v >= 2 ** (bits - 1), v - 2 ** bits, v)
+    v1, v2, v4 = val(1), val(2), val(4)
+    second = tf.where(little, tf.reduce_sum(b[4:8] * w_le[:4]), tf.reduce_sum(b[4:8] * w_be))
+    f32 = tf.cast(tf.bitcast(tf.cast(v4, tf.uint32), tf.float32), tf.float64)
+    f64 = tf.bitcast(tf.cast(tf.where(little, if_le(8), if_be(8)), tf.uint64), tf.float64)
+    as_f = lambda v: tf.cast(v, tf.float64)
+    ratio = lambda n, d: tf.where(tf.equal(d, 0), tf.constant(np.nan, tf.float64),
+                                  as_f(n) / as_f(tf.where(tf.equal(d, 0), tf.ones_like(d), d)))
+    number = tf.gather(tf.stack([
+        as_f(v2), as_f(v4), ratio(v4, second), as_f(signed(v1, 8)), as_f(signed(v2, 16)),
+        as_f(signed(v4, 32)), ratio(signed(v4, 32), signed(second, 32)), f32, f64, as_f(v4),
+        as_f(val(8))]), tf.argmax(tf.cast(tf.equal(t, [3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 16]),
+                                          tf.int32)))
+    numeric = tf.gather(_TIFF_NUMERIC, tf.minimum(t, 63)) & (u > 0)
+    o = tf.cast(tf.clip_by_value(number, 0, 9), tf.int32)
+    good = ok & tf.reduce_any(kept) & numeric & tf.equal(as_f(o), number) & (o >= 2) & (o <= 8)
+    return tf.where(good, o, 1)
 
 
 def gif_plain(contents):
