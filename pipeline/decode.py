@@ -856,7 +856,7 @@ def _unsupported_jpeg(contents, reason):
     b = bytes_at(contents, sof, 5)
     marker, precision = b[1], b[4]
     names = ["SOF%d" % i for i in range(16)]
-    for m, name in _F._JPEG_PROCESS.items():  # pylint: disable=protected-access
+    for m, name in _F.JPEG_PROCESS.items():
         names[m - 0xC0] = name
     name = tf.gather(tf.constant(names), tf.clip_by_value(marker - 0xC0, 0, 15))
     lossless_or_diff = tf.reduce_any(tf.equal(marker, [0xC3, 0xCB, 0xC5, 0xC6, 0xC7, 0xCD,

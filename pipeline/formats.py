@@ -228,7 +228,7 @@ def jpeg_frame(data: bytes) -> Optional[Tuple[int, int, bool]]:
 # The JPEG processes TensorFlow's libjpeg decodes: 8-bit baseline, extended and
 # progressive, Huffman or arithmetic coded (SOF0-2, SOF9-10).
 _TF_JPEG_SOF = (0xC0, 0xC1, 0xC2, 0xC9, 0xCA)
-_JPEG_PROCESS = {0xC0: "baseline", 0xC1: "extended sequential", 0xC2: "progressive",
+JPEG_PROCESS = {0xC0: "baseline", 0xC1: "extended sequential", 0xC2: "progressive",
                  0xC3: "lossless", 0xC5: "differential sequential",
                  0xC6: "differential progressive", 0xC7: "differential lossless",
                  0xC9: "arithmetic-coded extended sequential",
@@ -249,7 +249,7 @@ def jpeg_unsupported(data: bytes) -> str:
     if frame is None:
         return ""
     marker, precision, hierarchical = frame
-    name = _JPEG_PROCESS.get(marker, "SOF%d" % (marker - 0xC0))
+    name = JPEG_PROCESS.get(marker, "SOF%d" % (marker - 0xC0))
     label = f"SOF{marker - 0xC0}, P={precision}"
     if hierarchical:
         return f"hierarchical JPEG ({name} frame, {label})"
@@ -286,6 +286,8 @@ def variant(head: bytes, read_at: Optional[Callable[[int, int], bytes]] = None) 
     if fmt == "jpeg":
         return _jpeg_variant(head, read_at)
     if fmt == "png":
+        if len(head) < 26:  # cut inside its IHDR chunk
+            return "PNG (truncated header)"
         return f"PNG {head[24]}-bit {_PNG_COLOUR.get(head[25], 'colour type %d' % head[25])}" \
             + (" interlaced" if len(head) > 28 and head[28] else "")
     if fmt == "bmp":

@@ -176,3 +176,33 @@ def exif_payloads(draw):
 def test_fuzz_malformed_exif_gives_pillows_orientation(orientation, payload, after_jfif):
     data = with_app1(payload, after_jfif)
     assert int(orientation(tf.constant(data))) == pillow_orientation(data), payload
+
+
+# Found by the atheris harness (tests/fuzz_readers.py): a JPEG cut inside its Huffman tables
+# after a valid EXIF block (orientation 6). Pillow cannot open it; it is a bad file, named,
+# never delivered (rotated or not).
+_FUZZ_CUT_TABLES = bytes.fromhex(
+    "ffd8ffe000104a46494600010100000100010000ffe100224578696600004d4d002a0000000800010112"
+    "0003000000010006000000000000ffdb004300080606070605080707070909080a0c140d0c0b0b0c1912"
+    "130f141d1a1f1e1d1a1c1c20242e2720222c231c1c2837292c30313434341f27393d38323c2e333432ff"
+    "db0043010909090c0b0c180d0d1832211c21323232323232323232323232323232323232323232323232"
+    "3232323232323232323232323232323232323232323232323232ffc00011080009000703012200021101"
+    "031101ffc4001f0000010501010101010100000000000000000102030405060708090a0bffc400b51000"
+    "02010303020403050504040000017d01020300041105122131d3d426d6d7d8d9dae2e3e4e5e6e7e8e9ea"
+    "f2f3f4f5f6f7f8f9faffda000c03010002110311003f004b0b3b6f0bda2dada240d7814191a5388e207a"
+    "6e391c9ec33df3d31b8a82ff00fd65effd84e4ff00da9457257af18b4e71e66d27bb5bf449745ff059cf"
+    "8dc652cbaa2a1ec94dd936ddef767fffd9")
+
+
+def test_fuzz_found_jpeg_cut_in_its_tables_is_a_named_bad_file(tmp_path):
+    import pipeline  # pylint: disable=import-outside-toplevel
+    from conftest import drain  # pylint: disable=import-outside-toplevel
+    with pytest.raises(Exception):
+        Image.open(io.BytesIO(_FUZZ_CUT_TABLES)).load()
+    p = tmp_path / "cut.jpg"
+    p.write_bytes(_FUZZ_CUT_TABLES)
+    ds = pipeline.from_paths([str(p)], image_size=None, batch_size=None, shuffle=False,
+                             on_error="skip")
+    assert drain(ds) == []
+    (record,) = pipeline.errors(ds)
+    assert record.path == str(p) and "JPEG" in record.reason
