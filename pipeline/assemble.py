@@ -142,6 +142,7 @@ class Stages:
         self.decoder = decoder
         self.mask_decoder = mask_decoder
         self.augment_here = plan_lib.augments_in_map(opts)
+        self._oriented_logged = []  # the first oriented pair was logged
 
     def pair(self, contents, mask_contents, seed, mask_name):
         """Segmentation pairs: (image, mask uint8 [h, w, 1], reason).
@@ -157,13 +158,26 @@ class Stages:
         si, sm = tf.shape(image), tf.shape(mask)
         same = tf.equal(si[0], sm[0]) & tf.equal(si[1], sm[1])
         s = tf.strings.as_string
+        # The image is paired as displayed (its EXIF orientation applied, as annotation
+        # tools show it); a mask of its stored grid is named so when the sizes show it.
+        o = (decode_lib.exif_orientation(contents) if opts.exif_orientation
+             else tf.constant(1, tf.int32))
+        stored = (o >= 5) & tf.equal(si[0], sm[1]) & tf.equal(si[1], sm[0])
+        why_size = tf.strings.join([
+            "a bad pair: the image is ", s(si[1]), "x", s(si[0]), " pixels but its mask ",
+            mask_name, " is ", s(sm[1]), "x", s(sm[0])])
+        why_size = tf.where(stored, tf.strings.join([
+            why_size, ": the image is shown rotated by its EXIF orientation ", s(o),
+            " (stored ", s(si[0]), "x", s(si[1]), "), and the mask follows the stored pixel "
+            "grid; pass exif_orientation=False to pair on the stored grid"]), why_size)
         reason = tf.where(
             tf.strings.length(reason) > 0, reason, tf.where(
                 tf.strings.length(mask_reason) > 0,
                 tf.strings.join(["mask ", mask_name, ": ", mask_reason]),
-                tf.where(same, "", tf.strings.join([
-                    "a bad pair: the image is ", s(si[1]), "x", s(si[0]), " pixels but its mask ",
-                    mask_name, " is ", s(sm[1]), "x", s(sm[0])]))))
+                tf.where(same, "", why_size)))
+        if self.decoder.fallback:  # never silent: the first oriented pair is logged
+            note = lambda: self._oriented_note(o, mask_name)
+            reason = tf.cond((o > 1) & tf.equal(reason, ""), note, lambda: reason)
 
         def good():
             return self.pair_geometry(image, mask, seed)
@@ -176,6 +190,24 @@ class Stages:
 
         image, mask = tf.cond(tf.strings.length(reason) > 0, bad, good)
         return image, mask, reason
+
+    def _oriented_note(self, orientation, mask_name):
+        """Rare path (a py_function named ``ORIENTED_PAIR_OP_NAME``): logs the first
+        pair whose image has an EXIF orientation, once per dataset; returns ""."""
+        def run(o, name):
+            if not self._oriented_logged:
+                self._oriented_logged.append(True)
+                logging.warning(
+                    "pipeline: the image of the pair with mask %s has EXIF orientation %d: "
+                    "images are paired as displayed (oriented, as annotation tools show them), "
+                    "so masks must be drawn on the displayed image; for masks drawn on the "
+                    "stored pixel grid, pass exif_orientation=False (logged once)",
+                    name.numpy().decode("utf-8", "replace"), int(o))
+            return ""
+        out = tf.py_function(run, [orientation, mask_name], tf.string,
+                             name=ORIENTED_PAIR_OP_NAME)
+        out.set_shape([])
+        return out
 
     def pair_geometry(self, image, mask, seed):
         """Resize (mask: nearest, pads ``mask_pad_value``), then augment both
@@ -746,6 +778,7 @@ def _aug(aug, image, seed, opts):
     return aug(image, seed)
 
 
+ORIENTED_PAIR_OP_NAME = "pipeline_oriented_pair_note"
 _GENERIC = "the element failed after decoding, and not again when retried (transient?)"
 
 

@@ -146,6 +146,9 @@ class ImageOptions:
             ``ds.map(lambda *el: el[:-1])`` (``(x, y, path)`` -> ``(x, y)``).
         exif_orientation: bool (default True): apply the JPEG EXIF orientation
             tag (read in graph from the file's bytes, whatever the source).
+            Segmentation pairs: True pairs each image as displayed (masks drawn
+            on the rotated image, as annotation tools show it); False pairs on
+            the stored pixel grid.
         max_pixels: int, default 178,956,970 (Pillow's decompression-bomb limit,
             2 x ``PIL.Image.MAX_IMAGE_PIXELS``): files whose
             header claims more pixels are bad, before any decode.

@@ -16,7 +16,7 @@ hevm, hevs, mif1, msf1) or AVIF (avif, avis).
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, Optional, Set
+from typing import Callable, Iterable, Optional, Set, Tuple
 
 FORMATS = ("jpeg", "png", "gif", "bmp", "webp", "tiff", "heif", "avif")
 NAMES = ("JPEG", "PNG", "GIF", "BMP", "WebP", "TIFF", "HEIC/HEIF", "AVIF")
@@ -197,6 +197,69 @@ def _jpeg_variant(head: bytes, read_at: Optional[Callable[[int, int], bytes]]) -
     return " ".join(out)
 
 
+def jpeg_frame(data: bytes) -> Optional[Tuple[int, int, bool]]:
+    """A JPEG's first frame header: (SOF marker, sample precision P, hierarchical),
+    from its segments walked by their lengths (``_jpeg_variant``'s rules);
+    hierarchical when a DHP segment (FF DE, T.81 B.3.2) or a differential SOF
+    (SOF5-7, SOF13-15) comes first. None when no frame header is found."""
+    pos, n, dhp = 2, len(data), False
+    while pos + 4 <= n and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:
+            pos += 2
+            continue
+        if marker in (0xD9, 0xDA):
+            return None
+        length = _be16(data, pos + 2)
+        if marker == 0xDE:
+            dhp = True
+        if marker in JPEG_SOF:
+            precision = data[pos + 4] if pos + 4 < n else 0
+            return marker, precision, dhp or marker in (0xC5, 0xC6, 0xC7, 0xCD, 0xCE, 0xCF)
+        if length < 2:
+            return None
+        pos += 2 + length
+    return None
+
+
+# The JPEG processes TensorFlow's libjpeg decodes: 8-bit baseline, extended and
+# progressive, Huffman or arithmetic coded (SOF0-2, SOF9-10).
+_TF_JPEG_SOF = (0xC0, 0xC1, 0xC2, 0xC9, 0xCA)
+JPEG_PROCESS = {0xC0: "baseline", 0xC1: "extended sequential", 0xC2: "progressive",
+                 0xC3: "lossless", 0xC5: "differential sequential",
+                 0xC6: "differential progressive", 0xC7: "differential lossless",
+                 0xC9: "arithmetic-coded extended sequential",
+                 0xCA: "arithmetic-coded progressive", 0xCB: "arithmetic-coded lossless",
+                 0xCD: "arithmetic-coded differential sequential",
+                 0xCE: "arithmetic-coded differential progressive",
+                 0xCF: "arithmetic-coded differential lossless"}
+
+
+def jpeg_unsupported(data: bytes) -> str:
+    """"" or the name of a valid JPEG variant TensorFlow's decoder does not read:
+    a precision other than 8 bits (12-bit extended or progressive, SOF1/2/9/10
+    with P=12), lossless (SOF3, SOF11; ITU T.81 annex H) or hierarchical
+    (a DHP segment, SOF5-7, SOF13-15; annex J), e.g. "12-bit extended
+    sequential JPEG (SOF1, P=12)". The process and precision are read from
+    the frame header (``jpeg_frame``)."""
+    frame = jpeg_frame(data)
+    if frame is None:
+        return ""
+    marker, precision, hierarchical = frame
+    name = JPEG_PROCESS.get(marker, "SOF%d" % (marker - 0xC0))
+    label = f"SOF{marker - 0xC0}, P={precision}"
+    if hierarchical:
+        return f"hierarchical JPEG ({name} frame, {label})"
+    if marker in (0xC3, 0xCB):
+        return f"{precision}-bit {name} JPEG ({label})"
+    if marker in _TF_JPEG_SOF and precision not in (8, 0) and marker != 0xC0:
+        return f"{precision}-bit {name} JPEG ({label})"
+    return ""
+
+
 def variant(head: bytes, read_at: Optional[Callable[[int, int], bytes]] = None) -> str:
     """A short description of a file's format variant from its first bytes (4 KB).
 
@@ -223,6 +286,8 @@ def variant(head: bytes, read_at: Optional[Callable[[int, int], bytes]] = None) 
     if fmt == "jpeg":
         return _jpeg_variant(head, read_at)
     if fmt == "png":
+        if len(head) < 26:  # cut inside its IHDR chunk
+            return "PNG (truncated header)"
         return f"PNG {head[24]}-bit {_PNG_COLOUR.get(head[25], 'colour type %d' % head[25])}" \
             + (" interlaced" if len(head) > 28 and head[28] else "")
     if fmt == "bmp":

@@ -35,6 +35,7 @@ from absl import logging
 from pipeline import bmp as bmp_lib
 from pipeline import decode as decode_lib
 from pipeline import formats
+from pipeline import jpegscan
 from pipeline import read
 
 # Names of the rare-path Python ops of the guard; pipeline.resume treats
@@ -228,6 +229,21 @@ def clean_message(text: str, limit: int = 200) -> str:
 TRUNCATED_JPEG = "truncated JPEG (no end-of-image marker)"
 
 
+def unsupported_jpeg(contents: bytes, kind: str) -> str:
+    """The reason for a valid JPEG of a variant TensorFlow's decoder does not read
+    (``formats.jpeg_unsupported``'s ``kind``), with what reads it: Pillow when
+    its decoder does (tried here, rare path), else a decoder that does."""
+    try:
+        decode_lib.pillow_image(contents)
+        reader = ("Pillow reads it: convert it to PNG or an 8-bit baseline JPEG, e.g. "
+                  "PIL.Image.open(path).save(new_path)")
+    except Exception:  # noqa: BLE001 - any failure means Pillow cannot read it here
+        reader = ("Pillow cannot read it either: convert it to 8-bit with a decoder that "
+                  "reads it (libjpeg-turbo 3 djpeg, ImageMagick, GDAL)")
+    return (f"unsupported JPEG variant: {kind}, a valid JPEG that TensorFlow's decoder "
+            f"does not read; {reader}")
+
+
 def diagnose(contents: bytes, read_error: str, decode_fn: Callable, finish_fn: Callable) -> str:
     """Why an element failed, found by running its stages again eagerly (rare path).
 
@@ -262,6 +278,13 @@ def diagnose(contents: bytes, read_error: str, decode_fn: Callable, finish_fn: C
     if contents[:3] == b"\xff\xd8\xff" and not contents.endswith(b"\xff\xd9"):
         return TRUNCATED_JPEG  # as decode.diagnose names it, from the bytes alone
     c = tf.constant(contents)
+    if contents[:3] == b"\xff\xd8\xff":
+        cut = jpegscan.cut_reason(contents)  # cut in its scan data, an EOI after the cut
+        if cut:
+            return cut
+        kind = formats.jpeg_unsupported(contents)  # 12-bit, lossless, hierarchical
+        if kind:
+            return unsupported_jpeg(contents, kind)
     try:
         image, reason = decode_fn(c)
         reason = reason.numpy().decode("utf-8", "replace")

@@ -43,9 +43,11 @@ _PYTHON_STATE_OPS = {
 }
 # The package's own rare-path Python ops hold no state across elements: the
 # skip recorder, the failure diagnosis, the Pillow fallback decoder, the
-# other-formats decoder of a JPEG-only graph and the remote-file fetch (fsspec).
+# other-formats decoder of a JPEG-only graph, the JPEG cut check, the remote-file fetch
+# (fsspec) and the note on the first EXIF-oriented segmentation pair.
 _SAFE_PY_OPS = (guard.RECORDER_OP_NAME, guard.DIAGNOSE_OP_NAME, decode.FALLBACK_OP_NAME,
-                decode.OTHERS_OP_NAME, read.FETCH_OP_NAME)
+                decode.OTHERS_OP_NAME, decode.JPEG_CUT_OP_NAME, read.FETCH_OP_NAME,
+                "pipeline_oriented_pair_note")  # assemble.ORIENTED_PAIR_OP_NAME (no import cycle)
 _SERVICE_OPS = ("DataServiceDataset", "DataServiceDatasetV2", "DataServiceDatasetV3",
                 "DataServiceDatasetV4")
 

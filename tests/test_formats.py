@@ -110,9 +110,22 @@ def test_scan_lists_format_variants(tmp_path):
     (b"\x00\x00\x00\x18ftypheic" + b"\x00" * 8, "HEIC/HEIF (heic)"),
     (b"\x00\x00\x00\x18ftypavif" + b"\x00" * 8, "AVIF (avif)"),
     (b"hello world" + b"\x00" * 8, "unknown"),
+    # found by the atheris harness (tests/fuzz_readers.py): a PNG cut inside IHDR
+    (b"\x89PNG\r\n\x1a\n\x00\x00\rIHDREND\xaeB`\x82", "PNG (truncated header)"),
 ])
 def test_variant_names(head, want):
     assert formats.variant(head) == want
+
+
+def test_scan_reports_a_png_cut_inside_its_header(tmp_path):
+    """Found by the atheris harness: ``variant`` indexed past the end of a 22-byte PNG, so
+    ``scan`` of a folder holding one crashed; it is a bad file of a named variant."""
+    (tmp_path / "cut.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\rIHDREND\xaeB`\x82")
+    Image.new("RGB", (4, 4)).save(str(tmp_path / "good.png"))
+    report = pipeline.scan(str(tmp_path), progress=False)
+    assert report.num_ok == 1
+    assert [os.path.basename(b["path"]) for b in report.bad_files] == ["cut.png"]
+    assert report.per_variant.get("PNG (truncated header)") == 1, report.per_variant
 
 
 # --- issue 15: a JPEG's start of frame beyond the first 4 KB; every file counted ----

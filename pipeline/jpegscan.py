@@ -1,0 +1,308 @@
+"""Whether a JPEG's entropy-coded scan data is all there (ITU T.81 annex F, G).
+
+A JPEG cut inside its scan data decodes without an error when an end-of-image
+marker follows the cut (a partial copy that was "repaired", a stream cut and
+closed): libjpeg meets the marker where it needs more bits, warns "Corrupt
+JPEG data: premature end of data segment" (on stderr only) and fills the rest
+of the image with zero coefficients (mid-gray, level 128, in a sequential
+JPEG; missing refinements in a progressive one).
+
+Two checks tell such a file from a complete one:
+
+* ``progressive_scans_complete`` (in graph, cheap: one byte split of the
+  file): a progressive JPEG's scans must bring every coefficient of every
+  component to its last bit (a scan with ``Al = 0`` covering it, T.81 G.1.1);
+  a cut before the last scan leaves some coefficient short.
+* ``sequential_cut`` (Python, the rare path): walks the Huffman-coded data of
+  a sequential (baseline or extended, Huffman) JPEG MCU by MCU, restart
+  intervals included, and names the MCU where the data ends before the image
+  does. The decoder asks for it only when a corner of the decoded image is
+  mid-gray (``pipeline.decode``), the mark a cut leaves there.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+# Sequential Huffman frames (SOF0 baseline, SOF1 extended): the walk's domain.
+SEQUENTIAL_SOF = (0xC0, 0xC1)
+PROGRESSIVE_SOF = (0xC2, 0xC6, 0xCA, 0xCE)
+SOS_HEADER_BYTES = 14  # Ls, Ns, 4 x (Cs, Td/Ta), Ss, Se, Ah/Al
+
+CUT_REASON = ("truncated JPEG (its scan data ends at MCU {done} of {total}; an "
+              "end-of-image marker follows the cut)")
+SCANS_REASON = ("truncated JPEG (its progressive scans stop before every coefficient is "
+                "complete; an end-of-image marker follows the cut)")
+
+
+class _Cut(Exception):
+    pass
+
+
+def _segments(data: bytes, pos: int) -> Tuple[List[bytes], int]:
+    """The entropy-coded bytes from ``pos`` (unstuffed), split at RSTn markers,
+    and the offset of the marker that ends them."""
+    out, cur, n = [], bytearray(), len(data)
+    while True:
+        j = data.find(b"\xff", pos)
+        if j < 0 or j + 1 >= n:
+            cur += data[pos:]
+            out.append(bytes(cur))
+            return out, n
+        cur += data[pos:j]
+        nxt = data[j + 1]
+        if nxt == 0x00:
+            cur.append(0xFF)
+            pos = j + 2
+        elif nxt == 0xFF:  # fill bytes before a marker
+            pos = j + 1
+        elif 0xD0 <= nxt <= 0xD7:
+            out.append(bytes(cur))
+            cur = bytearray()
+            pos = j + 2
+        else:
+            out.append(bytes(cur))
+            return out, j
+
+
+def _table(counts, symbols) -> Dict[Tuple[int, int], int]:
+    table, code, k = {}, 0, 0
+    for length in range(1, 17):
+        for _ in range(counts[length - 1]):
+            if k < len(symbols):
+                table[(length, code)] = symbols[k]
+            k += 1
+            code += 1
+        code <<= 1
+    return table
+
+
+class _Bits:
+    def __init__(self, seg: bytes):
+        self.bits = "".join(format(b, "08b") for b in seg) if seg else ""
+        self.n = len(self.bits)
+        self.pos = 0
+
+    def read(self, k: int) -> None:
+        self.pos += k
+        if self.pos > self.n:
+            raise _Cut()
+
+    def symbol(self, table) -> int:
+        bits, pos, code = self.bits, self.pos, 0
+        for length in range(1, 17):
+            if pos + length > self.n:
+                raise _Cut()
+            code = (code << 1) | (bits[pos + length - 1] == "1")
+            s = table.get((length, code))
+            if s is not None:
+                self.pos = pos + length
+                return s
+        self.pos = pos + 16  # a bad code: libjpeg goes on with zeros; so does the walk
+        return 0
+
+
+def sequential_cut(data: bytes) -> str:
+    """"" or ``CUT_REASON``: whether a sequential Huffman JPEG's scans hold every
+    MCU before the marker that ends them (Python, rare path; about a second per
+    megapixel).
+
+    Args:
+        data: the file's bytes.
+
+    Returns:
+        ``CUT_REASON`` filled in (the MCU where the data of the first short
+        scan ends, and the scan's MCU count) when a scan's data ends before
+        its last MCU; "" when every scan is whole, and for every JPEG this
+        walk does not cover (progressive, arithmetic, lossless, hierarchical,
+        12-bit) or whose headers it cannot read.
+    """
+    try:
+        return _walk(data)
+    except (IndexError, KeyError, ValueError, ZeroDivisionError):
+        return ""
+
+
+def _walk(data: bytes) -> str:
+    pos, n = 2, len(data)
+    frame, dc, ac, interval = None, {}, {}, 0
+    while pos + 4 <= n:
+        if data[pos] != 0xFF:
+            return ""
+        marker = data[pos + 1]
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if marker == 0xD9:
+            return ""
+        length = data[pos + 2] * 256 + data[pos + 3]
+        body = data[pos + 4:pos + 2 + length]
+        if marker in (0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF, 0xC2):
+            return ""
+        if marker in SEQUENTIAL_SOF:
+            if body[0] != 8:
+                return ""
+            height, width, nf = body[1] * 256 + body[2], body[3] * 256 + body[4], body[5]
+            comps = {}
+            for i in range(nf):
+                cid, hv = body[6 + 3 * i], body[7 + 3 * i]
+                comps[cid] = (hv >> 4, hv & 15)
+            frame = (height, width, comps)
+        elif marker == 0xC4:
+            k = 0
+            while k < len(body):
+                tc, th = body[k] >> 4, body[k] & 15
+                counts = body[k + 1:k + 17]
+                total = sum(counts)
+                (dc if tc == 0 else ac)[th] = _table(counts, body[k + 17:k + 17 + total])
+                k += 17 + total
+        elif marker == 0xDD:
+            interval = body[0] * 256 + body[1]
+        elif marker == 0xDA:
+            if frame is None:
+                return ""
+            why = _scan(data, pos + 2 + length, body, frame, dc, ac, interval)
+            if why:
+                return why
+            pos = _segments(data, pos + 2 + length)[1]
+            continue
+        pos += 2 + length
+    return ""
+
+
+def _scan(data, start, body, frame, dc, ac, interval) -> str:
+    height, width, comps = frame
+    hmax = max(h for h, _ in comps.values())
+    vmax = max(v for _, v in comps.values())
+    ns = body[0]
+    members = []
+    for i in range(ns):
+        cid, t = body[1 + 2 * i], body[2 + 2 * i]
+        h, v = comps[cid]
+        members.append((h, v, dc[t >> 4], ac[t & 15]))
+    if ns == 1:
+        h, v = members[0][:2]
+        cw = -(-width * h // hmax)
+        chh = -(-height * v // vmax)
+        total = (-(-cw // 8)) * (-(-chh // 8))
+        blocks = [(members[0][2], members[0][3])]
+    else:
+        total = (-(-width // (8 * hmax))) * (-(-height // (8 * vmax)))
+        blocks = [(d, a) for h, v, d, a in members for _ in range(h * v)]
+    segments, _ = _segments(data, start)
+    per = interval or total
+    done = 0
+    for seg in segments:
+        bits = _Bits(seg)
+        todo = min(per, total - done)
+        try:
+            for _ in range(todo):
+                for dct, act in blocks:
+                    bits.read(bits.symbol(dct))  # the DC difference's size, then its bits
+                    k = 1
+                    while k < 64:
+                        rs = bits.symbol(act)
+                        r, s = rs >> 4, rs & 15
+                        if s == 0:
+                            if r != 15:
+                                break
+                            k += 16
+                            continue
+                        bits.read(s)
+                        k += r + 1
+                done += 1
+        except _Cut:
+            return CUT_REASON.format(done=done, total=total)
+        if done >= total:
+            return ""
+    return CUT_REASON.format(done=done, total=total) if done < total else ""
+
+
+def progressive_short(data: bytes) -> bool:
+    """In Python, ``progressive_scans_complete``'s test, negated: True for a
+    progressive JPEG whose scans (walked by their segments and entropy data)
+    leave some coefficient of some component without its last bit (``Al = 0``).
+    False for every other file, and for headers it cannot read."""
+    try:
+        pos, n, comps, cover = 2, len(data), None, None
+        while pos + 4 <= n:
+            if data[pos] != 0xFF:
+                break
+            marker = data[pos + 1]
+            if marker == 0xFF:
+                pos += 1
+                continue
+            if marker == 0xD9:
+                break
+            length = data[pos + 2] * 256 + data[pos + 3]
+            body = data[pos + 4:pos + 2 + length]
+            if marker in PROGRESSIVE_SOF and comps is None:
+                comps = [body[6 + 3 * i] for i in range(body[5])]
+                cover = {c: np.zeros(64, bool) for c in comps}
+            elif marker in SEQUENTIAL_SOF + (0xC3, 0xC5, 0xC7, 0xC9, 0xCB, 0xCD, 0xCF):
+                return False
+            elif marker == 0xDA and comps is not None:
+                ns = body[0]
+                ss, se, al = body[1 + 2 * ns], body[2 + 2 * ns], body[3 + 2 * ns] & 15
+                if al == 0:
+                    for i in range(ns):
+                        if body[1 + 2 * i] in cover:
+                            cover[body[1 + 2 * i]][ss:se + 1] = True
+                pos = _segments(data, pos + 2 + length)[1]
+                continue
+            pos += 2 + length
+        return comps is not None and not all(c.all() for c in cover.values())
+    except IndexError:
+        return False
+
+
+def cut_reason(data: bytes) -> str:
+    """"" or why a JPEG that ends with an end-of-image marker was cut inside its
+    scan data (``SCANS_REASON`` for a progressive one, ``CUT_REASON`` for a
+    sequential one): for a file whose decoder failed, or that the graph's
+    checks flagged (Python, rare path)."""
+    if progressive_short(data):
+        return SCANS_REASON
+    return sequential_cut(data)
+
+
+# ---------------------------------------------------------------- in graph
+
+def progressive_scans_complete(contents, sof):
+    """In graph: whether a progressive JPEG's scans complete every coefficient.
+
+    Args:
+        contents: tf.string scalar, the file.
+        sof: int64 scalar, the offset of its SOF marker (``decode.jpeg_sof_offset``).
+
+    Returns:
+        bool scalar: True when, for every component of the frame, each of the
+        64 coefficients is covered by some scan (SOS after the SOF) with
+        ``Al = 0``, its last bit (T.81 G.1.1.1); False when a scan is missing,
+        as after a cut between or inside the early scans.
+    """
+    size = tf.cast(tf.strings.length(contents), tf.int64)
+    sof = tf.clip_by_value(sof, 0, size)
+    frame = tf.cast(tf.io.decode_raw(tf.strings.substr(contents, sof, 22), tf.uint8,
+                                     fixed_length=22), tf.int32)
+    nf = tf.minimum(frame[9], 4)
+    ids = tf.stack([frame[10 + 3 * i] for i in range(4)])
+    ids = tf.where(tf.range(4) < nf, ids, -1)
+    pieces = tf.strings.split(tf.strings.substr(contents, sof, size - sof), sep=b"\xff\xda")[1:]
+    hdr = tf.cast(tf.io.decode_raw(pieces, tf.uint8, fixed_length=SOS_HEADER_BYTES), tf.int32)
+    ns = tf.minimum(hdr[:, 2], 4)  # [S]
+    at = 3 + 2 * ns
+    rows = tf.range(tf.shape(hdr)[0])
+    pick = lambda off: tf.gather_nd(hdr, tf.stack([rows, tf.minimum(at + off, 13)], 1))
+    ss, se, al = pick(0), pick(1), tf.bitwise.bitwise_and(pick(2), 15)
+    cs = tf.stack([hdr[:, 3 + 2 * i] for i in range(4)], 1)  # [S, 4]
+    cs = tf.where(tf.range(4)[None] < ns[:, None], cs, -2)
+    k = tf.range(64)[None]
+    band = (k >= ss[:, None]) & (k <= se[:, None]) & tf.equal(al, 0)[:, None]  # [S, 64]
+    has = tf.reduce_any(tf.equal(cs[:, :, None], ids[None, None]), axis=1)  # [S, 4]
+    cover = tf.reduce_any(has[:, :, None] & band[:, None, :], axis=0)  # [4, 64]
+    cover = cover | (ids < 0)[:, None]
+    return tf.reduce_all(cover) & (nf > 0)
