@@ -1858,7 +1858,7 @@ def test_bad_beam_runner_and_options_are_usage_errors_before_tensorflow_loads(tm
     assert [(code, loaded) for code, _, loaded in got] == [(2, False)] * 3
     assert got[0][1].startswith("pipeline convert: error: --beam_runner must be one of "
                                 "DirectRunner, DataflowRunner, FlinkRunner, SparkRunner")
-    assert got[0][1].endswith("Received: --beam_runner='Direct'")
+    assert got[0][1].endswith("Received: --beam_runner=Direct")  # as typed
     assert "--beam_options item 'direct_num_workers' is not key=value" in got[1][1]
     assert "only used with --beam_runner" in got[2][1]
     assert not os.path.exists(out)

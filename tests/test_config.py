@@ -71,8 +71,9 @@ def test_a_bad_on_error_gets_one_message_everywhere(folder, tmp_path):
     _raises(lambda: pipeline.write_tfrecords(folder, str(tmp_path / "o"), on_error="ignore",
                                              progress=False), says)
     _raises(lambda: capacity.measure_cost(folder, on_error="ignore"), says)
-    _cli_says(["convert", folder, str(tmp_path / "cli"), "--on_error=ignore"], "on_error", says)
-    _cli_says(["bench", f"--data_dir={folder}", "--on_error=ignore"], "on_error", says)
+    typed = f"{ON_ERROR}ignore"  # the command line echoes the flag as typed: no quotes
+    _cli_says(["convert", folder, str(tmp_path / "cli"), "--on_error=ignore"], "on_error", typed)
+    _cli_says(["bench", f"--data_dir={folder}", "--on_error=ignore"], "on_error", typed)
     assert not os.path.exists(tmp_path / "o") and not os.path.exists(tmp_path / "cli")
 
 
