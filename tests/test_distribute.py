@@ -62,7 +62,8 @@ def test_distribute_dataset_argument_errors(root):
         pipeline.distribute_dataset(strategy, lambda root: None, root)
 
 
-_MIRRORED = textwrap.dedent("""
+# A child process with two logical CPUs and a MirroredStrategy over them.
+_TWO_CPUS = textwrap.dedent("""
     import json, os, sys
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -70,6 +71,9 @@ _MIRRORED = textwrap.dedent("""
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import pipeline
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+""")
+
+_MIRRORED = _TWO_CPUS + textwrap.dedent("""
     dist = pipeline.distribute_dataset(strategy, pipeline.from_directory, {root!r},
                                        image_size=(8, 8), batch_size=4, shuffle=True)
     epochs = []
@@ -151,14 +155,7 @@ def test_errors_of_a_distributed_dataset_list_the_skipped_files(root_with_bad):
     assert len(pipeline.errors(dist)) == 2
 
 
-_MIRRORED_ERRORS = textwrap.dedent("""
-    import json, os, sys
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    import pipeline
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+_MIRRORED_ERRORS = _TWO_CPUS + textwrap.dedent("""
     dist = pipeline.distribute_dataset(strategy, pipeline.from_directory, {root!r},
                                        image_size=(8, 8), batch_size=4, on_error="skip")
     n = 0
