@@ -82,6 +82,7 @@ RGB by libjpeg (Adobe inverted CMYK handled).
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 import threading
@@ -407,6 +408,30 @@ def exif_orientation(contents, words=None):
     """
     words = header_words(contents) if words is None else words
     route = exif_route(words)
+
+    def read():  # one function call (``stack.traced_once``)
+        return _exif_block_orientation(contents, words, route)
+
+    def after_route():
+        # A layout that needs the walk and has no "Exif\0\0" anywhere in its bytes has no
+        # EXIF block to find: one literal search (RE2's unanchored search runs over bytes)
+        # instead of the walk, for most such files (an ICC profile or a Photoshop block, no
+        # EXIF: 331 of the 1,000 sample photos; ~60 µs against ~300 µs for the walk).
+        # (searched only for that layout: where the route placed the block, no search)
+        no_block = tf.cond(tf.equal(route, ROUTE_WALK),
+                           lambda: tf.logical_not(exif_signature_in(contents)),
+                           lambda: tf.constant(False))
+        return tf.cond(no_block, lambda: tf.constant(1, tf.int32), read)
+
+    return tf.cond(tf.equal(route, ROUTE_NONE), lambda: tf.constant(1, tf.int32), after_route)
+
+
+@stack.traced_once(tf.TensorSpec([], tf.string), tf.TensorSpec([HEADER_WORDS], tf.int64),
+                   tf.TensorSpec([], tf.int32))
+def _exif_block_orientation(contents, words, route):
+    """``exif_orientation``'s rare path, a file whose first segments say an EXIF block may
+    be there (``route`` is ``ROUTE_AT_2``, ``ROUTE_AT_20`` or ``ROUTE_WALK``): the walk to
+    the block, then its IFD0 read (``app1_orientation``). int32 scalar, 1-8."""
     shr, band = tf.bitwise.right_shift, tf.bitwise.bitwise_and
 
     def walk():
@@ -438,27 +463,11 @@ def exif_orientation(contents, words=None):
             lambda pos, found: (pos >= 0) & (pos + 4 <= size),
             step, (start, tf.constant(-1, tf.int64)))[1]
 
-    def read():
-        def find():
-            at = tf.where(tf.equal(route, ROUTE_AT_2), tf.constant(2, tf.int64),
-                          tf.constant(20, tf.int64))
-            found = tf.cond(tf.equal(route, ROUTE_WALK), walk, lambda: at)
-            # read whether found or not (fewer ops than a branch); -1 reads past SOI
-            return tf.where(found >= 0, app1_orientation(contents, found), 1)
-        return bmp_lib.unlowered_case(tf.constant(0), [find])
-
-    def after_route():
-        # A layout that needs the walk and has no "Exif\0\0" anywhere in its bytes has no
-        # EXIF block to find: one literal search (RE2's unanchored search runs over bytes)
-        # instead of the walk, for most such files (an ICC profile or a Photoshop block, no
-        # EXIF: 331 of the 1,000 sample photos; ~60 µs against ~300 µs for the walk).
-        # (searched only for that layout: where the route placed the block, no search)
-        no_block = tf.cond(tf.equal(route, ROUTE_WALK),
-                           lambda: tf.logical_not(exif_signature_in(contents)),
-                           lambda: tf.constant(False))
-        return tf.cond(no_block, lambda: tf.constant(1, tf.int32), read)
-
-    return tf.cond(tf.equal(route, ROUTE_NONE), lambda: tf.constant(1, tf.int32), after_route)
+    at = tf.where(tf.equal(route, ROUTE_AT_2), tf.constant(2, tf.int64),
+                  tf.constant(20, tf.int64))
+    found = tf.cond(tf.equal(route, ROUTE_WALK), walk, lambda: at)
+    # read whether found or not (fewer ops than a branch); -1 reads past SOI
+    return tf.where(found >= 0, app1_orientation(contents, found), 1)
 
 
 def exif_signature_in(contents):
@@ -502,6 +511,38 @@ def jpeg_sof_offset(contents):
     return tf.while_loop(
         lambda pos, found: (pos >= 0) & (pos + 4 <= size) & (found < 0),
         step, (tf.constant(2, tf.int64), tf.constant(-1, tf.int64)))[1]
+
+
+def _sequential_cut_reason(contents, fallback: bool):
+    """The reason (str scalar, "" when whole) of a sequential JPEG cut in its scan with an
+    end marker after the cut: ``jpegscan.cut_reason`` in Python (a py_function named
+    ``JPEG_CUT_OP_NAME``); "" without the Python fallback (tf.data service workers)."""
+    if not fallback:
+        return tf.constant("")
+    out = tf.py_function(lambda b: jpegscan.cut_reason(b.numpy()), [contents], tf.string,
+                         name=JPEG_CUT_OP_NAME)
+    out.set_shape([])
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _progressive_cut_reason(fallback: bool):
+    """``Decoder._jpeg_cut``'s rare path for a JPEG with several SOS markers, traced once per
+    process: ``f(contents, mid_gray) -> reason`` (str scalar, "" when whole). A progressive
+    file's scan headers are checked in graph (``jpegscan.progressive_scans_complete``);
+    another (an EXIF thumbnail's scan) is checked as sequential when a corner is mid-gray."""
+    @stack.traced_once(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.bool))
+    def reason(contents, mid_gray):
+        sof = jpeg_sof_offset(contents)
+        marker = bytes_at(contents, sof + 1, 1)[0]
+        is_prog = (sof >= 0) & tf.reduce_any(tf.equal(marker, jpegscan.PROGRESSIVE_SOF))
+        short = lambda: tf.where(jpegscan.progressive_scans_complete(contents, sof), "",
+                                 jpegscan.SCANS_REASON)
+        # several SOS but not progressive (an EXIF thumbnail's scan): sequential
+        other = lambda: tf.cond(mid_gray, lambda: _sequential_cut_reason(contents, fallback),
+                                lambda: tf.constant(""))
+        return tf.cond(is_prog, short, other)
+    return reason
 
 
 # Pillow's TIFF field types (``ImageFileDirectory_v2._load_dispatch``): the size of
@@ -1455,27 +1496,12 @@ class Decoder:
         corners = corners[:, :c]
         mid_gray = tf.reduce_any(tf.reduce_all((corners >= 127) & (corners <= 128), axis=1))
         mid_gray = mid_gray & (tf.size(img) > c)
-        scans = tf.size(tf.strings.split(contents, sep=b"\xff\xda")) - 1
+        # the split op alone: ``tf.strings.split`` builds a RaggedTensor (some 60 ops)
+        scans = tf.size(tf.raw_ops.StringSplitV2(input=contents[None], sep=b"\xff\xda").values) - 1
         good = tf.equal(reason, "")
 
-        def progressive():
-            sof = jpeg_sof_offset(contents)
-            marker = bytes_at(contents, sof + 1, 1)[0]
-            is_prog = (sof >= 0) & tf.reduce_any(tf.equal(marker, jpegscan.PROGRESSIVE_SOF))
-            short = lambda: tf.where(jpegscan.progressive_scans_complete(contents, sof), "",
-                                     jpegscan.SCANS_REASON)
-            # several SOS but not progressive (an EXIF thumbnail's scan): sequential
-            other = lambda: tf.cond(mid_gray, sequential, lambda: tf.constant(""))
-            return tf.cond(is_prog, short, other)
-
-        def sequential():
-            if not self.fallback:
-                return tf.constant("")
-            out = tf.py_function(lambda b: jpegscan.cut_reason(b.numpy()), [contents],
-                                 tf.string, name=JPEG_CUT_OP_NAME)
-            out.set_shape([])
-            return out
-
+        progressive = lambda: _progressive_cut_reason(self.fallback)(contents, mid_gray)
+        sequential = lambda: _sequential_cut_reason(contents, self.fallback)
         index = tf.where(good & (scans > 1), 1, tf.where(good & mid_gray, 2, 0))
         why = bmp_lib.unlowered_case(index, [lambda: tf.constant(""), progressive, sequential])
         return tf.where(tf.equal(why, ""), reason, why)

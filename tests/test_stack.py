@@ -233,3 +233,44 @@ def test_stack_line_says_what_decodes_tiff_and_reads_s3():
     else:
         assert "TIFF and AVIF through the Pillow fallback" in line, line
         assert "s3:// through fsspec" in line or "tf-image-pipeline[s3]" in line, line
+
+
+@stack.traced_once(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64))
+def _prefix_length(contents, n):
+    head = tf.strings.substr(contents, tf.constant(0, tf.int64), n)
+    return tf.strings.length(head), head
+
+
+def test_traced_once_is_one_case_op_in_a_graph_and_traced_once_per_process():
+    data = tf.data.Dataset.from_tensor_slices([b"abcdef", b"xy"])
+    got = []
+    for n in (1, 3):  # two datasets, two graphs: one trace
+        ds = data.map(lambda c, n=n: _prefix_length(c, tf.constant(n, tf.int64)))
+        got.append([(int(a), b) for a, b in ds.as_numpy_iterator()])
+    assert got == [[(1, b"a"), (1, b"x")], [(3, b"abc"), (2, b"xy")]]
+    assert _prefix_length.traced.experimental_get_tracing_count() == 1
+    g = tf.Graph()
+    with g.as_default():
+        _prefix_length(tf.constant(b"abc"), tf.constant(2, tf.int64))
+    assert [op.type for op in g.get_operations() if op.type in ("Case", "PartitionedCall",
+                                                                "StatefulPartitionedCall")] == ["Case"]
+    eager = _prefix_length(tf.constant(b"hello"), tf.constant(4, tf.int64))
+    assert (int(eager[0]), eager[1].numpy()) == (4, b"hell")
+
+
+def test_the_jpeg_checks_are_traced_once_across_factory_calls(tmp_path):
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+
+    import pipeline  # pylint: disable=import-outside-toplevel
+    from pipeline import decode  # pylint: disable=import-outside-toplevel
+    for c in "ab":
+        os.makedirs(tmp_path / c)
+        Image.fromarray(np.full((8, 9, 3), 7, np.uint8)).save(tmp_path / c / "0.jpg")
+    counts = []
+    for size in ((4, 4), (6, 5)):
+        ds = pipeline.from_directory(str(tmp_path), image_size=size, batch_size=2)
+        assert sum(int(x.shape[0]) for x, _ in ds) == 2
+        counts.append([f.traced.experimental_get_tracing_count() for f in (
+            decode._exif_block_orientation, decode._progressive_cut_reason(True))])
+    assert counts[0] == counts[1] == [1, 1]
