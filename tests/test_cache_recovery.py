@@ -123,7 +123,6 @@ def test_rerun_rebuilds_after_the_writer_is_killed(tree, tmp_path, sig):
     assert "is gone" not in err and "removing the incomplete cache" not in err, err[-3000:]
 
 
-@pytest.mark.stack
 def test_live_writer_keeps_its_lock(tree, tmp_path):
     cache = str(tmp_path / "c{1}" / "c*")
     writer = run([tree, cache], pause=5)

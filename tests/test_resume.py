@@ -177,7 +177,7 @@ def test_bad_save_freq():
 
 
 @pytest.mark.parametrize("shuffle,cache", [
-    pytest.param(True, "memory", marks=pytest.mark.stack), (False, "memory"),
+    (True, "memory"), (False, "memory"),
     pytest.param(True, "file", marks=pytest.mark.stack), (True, None)])
 def test_restore_at_an_epoch_boundary_continues_the_unbroken_run(root, tmp_path, shuffle, cache):
     """A checkpoint taken after the last element of an epoch, restored into a new dataset

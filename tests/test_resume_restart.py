@@ -77,7 +77,8 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n == "batched" else pytest.mark.sweep)
+                                  for n in sorted(CASES)])
 def test_restore_in_new_process_continues_as_unbroken_run(root, tmp_path, name):
     extra, per_epoch = CASES[name]
     rng = np.random.default_rng(int(hashlib.md5(name.encode()).hexdigest()[:8], 16))

@@ -192,6 +192,7 @@ KILL_N, KILL_AFTER = 150, 3
 KILL_MODE = os.environ.get("PIPELINE_KILL_MODE", "dynamic")
 
 
+@pytest.mark.sweep  # the service's own behaviour on TF 2.16: the tests above
 def test_worker_killed_mid_epoch(cluster, tmp_path):
     """Worker w2 killed after the consumer saw KILL_AFTER elements (default mode DYNAMIC).
 
