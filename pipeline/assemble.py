@@ -461,7 +461,9 @@ def cache_file(opts, source) -> str:
     if opts.jpeg_dct_scaling or opts.antialias:  # (old caches keep their fingerprint)
         parts.append(("jpeg_dct_scaling", opts.jpeg_dct_scaling, "antialias", opts.antialias))
     if getattr(source, "mask_paths", None) is not None or getattr(source, "has_masks", False):
-        parts += ["pairs", opts.mask_mode, sorted((opts.mask_colors or {}).items()),
+        # ("image as alone": pair images cached before that differ, so are not read back)
+        parts += ["pairs", "image as alone", opts.mask_mode,
+                  sorted((opts.mask_colors or {}).items()),
                   opts.mask_pad_value, getattr(source, "mask_paths", None)]
     h.update(repr(parts).encode())
     if not isinstance(source, index_lib.Index):  # shards.Records
