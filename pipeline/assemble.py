@@ -25,7 +25,7 @@ import glob
 import hashlib
 import os
 import shutil
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import tensorflow as tf
 from absl import logging
@@ -122,6 +122,30 @@ def scale(images, dtype, normalize=None):
     return tf.cast(x, dtype)
 
 
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """One element's geometry (``Stages.geometry``), the same for an image alone and for
+    the image and the mask of a pair.
+
+    Attributes:
+        window: None (the whole image is resized as ``resize`` says), or
+            ``f(shape) -> (offset_y, offset_x, height, width)``: the window,
+            in full-size pixels of the displayed image of that shape
+            (int32 [>= 2]), that is resized to ``image_size``.
+        decode_window: JPEGs decode only ``window`` (``fast_jpeg``).
+        target: None, or the (height, width) a JPEG (or its window) is
+            decoded at a reduced DCT scale for (``decode.Decoder.decode``).
+        interpolation: the resize method of the image.
+        crop_augment: ``window`` is ``Augment``'s random resized crop (the
+            augmentation then runs with its crop done).
+    """
+    window: Optional[Callable]
+    decode_window: bool
+    target: Optional[tuple]
+    interpolation: str
+    crop_augment: bool
+
+
 class Stages:
     """The per-element work of the parallel map: decode -> transform -> augment.
 
@@ -135,6 +159,10 @@ class Stages:
     then resampled exactly from the reduced pixels that cover it
     (``transform.resize_box``). Augmentation runs here unless a cache sits in
     between (then after it, fresh each epoch).
+
+    The image of a segmentation pair takes exactly this path (``pair``), and
+    its mask the same geometry (``Geometry``, chosen once by ``geometry``),
+    nearest-neighbour from the full-size mask.
     """
 
     def __init__(self, opts, decoder: decode_lib.Decoder, mask_decoder=None):
@@ -144,18 +172,83 @@ class Stages:
         self.augment_here = plan_lib.augments_in_map(opts)
         self._oriented_logged = []  # the first oriented pair was logged
 
+    def geometry(self, seed) -> Geometry:
+        """The element's ``Geometry`` (``seed``: its stateless seed, int64 [2])."""
+        opts, aug, size = self.opts, self.opts.augment, self.opts.image_size
+        fast = opts.fast_jpeg
+        # reduced-scale (DCT) decoding to at least the output size (None: full scale);
+        # not for "pad", whose content size is rounded from the decoded size (a
+        # reduced one would move the content by a pixel)
+        target = size if (fast and opts.jpeg_dct_scaling and size is not None
+                          and opts.resize != "pad") else None
+        if self.augment_here and aug.random_resized_crop is not None:
+            return Geometry(lambda shape: aug.crop_window(shape, seed), fast, target,
+                            aug.interpolation, True)
+        if size is not None and opts.resize in transform.WINDOW_MODES:
+            th, tw = size
+            window = transform.WINDOW_MODES[opts.resize]
+            return Geometry(lambda s: window(s[0], s[1], th, tw), fast, target,
+                            opts.interpolation, False)
+        return Geometry(None, False, target, opts.interpolation, False)
+
+    def image(self, contents, geometry: Geometry, seed, with_shape: bool = False):
+        """Decode + resize + augment of one image: (uint8 image [image_size, channels] or
+        [h, w, channels], reason, and with ``with_shape`` its displayed full-size
+        (height, width), int32 [2])."""
+        opts, aug, size, g = self.opts, self.opts.augment, self.opts.image_size, geometry
+        decode_window = g.window if g.decode_window else None
+        boxed = decode_window is not None and g.target is not None
+        image, reason, *rest = self.decoder.decode(
+            contents, window_fn=decode_window, target=g.target, with_box=boxed,
+            with_shape=with_shape)
+        if g.window is None:
+            if size is not None:
+                image = transform.resize(image, size, opts.resize, g.interpolation,
+                                         opts.antialias)
+        elif boxed:  # the window resampled exactly (sub-pixel) from the reduced pixels
+            image = transform.resize_box(image, rest.pop(0), size, g.interpolation,
+                                         opts.antialias)
+        else:
+            if decode_window is None:
+                oy, ox, ch, cw = g.window(tf.shape(image))
+                image = image[oy:oy + ch, ox:ox + cw]
+            image = transform.resize(image, size, "stretch", g.interpolation, opts.antialias)
+        if g.crop_augment:
+            image = aug(image, seed, output_size=size, crop_done=True, antialias=opts.antialias)
+        elif self.augment_here:
+            image = aug(image, seed)
+        return (image, reason) + tuple(rest)
+
+    def mask(self, mask, geometry: Geometry, seed):
+        """The geometry of ``image`` on the full-size mask of a pair (uint8 [h, w, 1], the
+        displayed image's size): the same window, nearest-neighbour, no antialias,
+        the letterbox and fill ``mask_pad_value``; the augmentation's geometric ops."""
+        opts, aug, size, g = self.opts, self.opts.augment, self.opts.image_size, geometry
+        pad = opts.mask_pad_value
+        if g.window is not None:
+            oy, ox, ch, cw = g.window(tf.shape(mask))
+            mask = transform.resize_mask(mask[oy:oy + ch, ox:ox + cw], size, "stretch", pad)
+        elif size is not None:
+            mask = transform.resize_mask(mask, size, opts.resize, pad)
+        if g.crop_augment or self.augment_here:
+            mask = aug.mask(mask, seed, output_size=size if g.crop_augment else None,
+                            pad_value=pad, crop_done=g.crop_augment)
+        return mask
+
     def pair(self, contents, mask_contents, seed, mask_name):
         """Segmentation pairs: (image, mask uint8 [h, w, 1], reason).
 
-        Both are decoded whole (no crop-before-decode: the two windows could
-        not be checked to match), a pair whose sizes differ is bad (named),
-        then ``pair_geometry`` moves them together. A bad pair gives zeros
-        (an element the guard drops) and its reason.
+        The image is the image alone (``image``: the same decode, window,
+        reduced scale, resize and augmentation); the mask is decoded whole,
+        a pair whose sizes differ (the image's displayed full size) is bad
+        (named), and ``mask`` gives the mask the image's geometry. A bad pair
+        gives zeros (an element the guard drops) and its reason.
         """
         opts = self.opts
-        image, reason = self.decoder.decode(contents)
+        geometry = self.geometry(seed)
+        image, reason, si = self.image(contents, geometry, seed, with_shape=True)
         mask, mask_reason = self.mask_decoder.decode(mask_contents)
-        si, sm = tf.shape(image), tf.shape(mask)
+        sm = tf.shape(mask)
         same = tf.equal(si[0], sm[0]) & tf.equal(si[1], sm[1])
         s = tf.strings.as_string
         # The image is paired as displayed (its EXIF orientation applied, as annotation
@@ -180,7 +273,7 @@ class Stages:
             reason = tf.cond((o > 1) & tf.equal(reason, ""), note, lambda: reason)
 
         def good():
-            return self.pair_geometry(image, mask, seed)
+            return image, self.mask(mask, geometry, seed)
 
         def bad():
             if opts.image_size is None:
@@ -209,59 +302,9 @@ class Stages:
         out.set_shape([])
         return out
 
-    def pair_geometry(self, image, mask, seed):
-        """Resize (mask: nearest, pads ``mask_pad_value``), then augment both
-        (``Augment.pair``: geometry together, colour on the image only)."""
-        opts, aug, size = self.opts, self.opts.augment, self.opts.image_size
-        augment = self.augment_here
-        pad = opts.mask_pad_value
-        if augment and aug.random_resized_crop is not None:
-            return aug.pair(image, mask, seed, output_size=size, pad_value=pad)
-        if size is not None:
-            image = transform.resize(image, size, opts.resize, opts.interpolation)
-            mask = transform.resize_mask(mask, size, opts.resize, pad)
-        if augment:
-            image, mask = aug.pair(image, mask, seed, pad_value=pad)
-        return image, mask
-
     def __call__(self, contents, seed):
-        opts, aug, size = self.opts, self.opts.augment, self.opts.image_size
-        fast = opts.fast_jpeg
-        # reduced-scale (DCT) decoding to at least the output size (None: full scale);
-        # not for "pad", whose content size is rounded from the decoded size (a
-        # reduced one would move the content by a pixel)
-        target = size if (fast and opts.jpeg_dct_scaling and size is not None
-                          and opts.resize != "pad") else None
-        if self.augment_here and aug.random_resized_crop is not None:
-            window = (lambda shape: aug.crop_window(shape, seed)) if fast else None
-            if window is not None and target is not None:
-                # the crop resized here, exactly (sub-pixel), then augmented
-                image, reason, box = self.decoder.decode(contents, window_fn=window,
-                                                         target=target, with_box=True)
-                image = transform.resize_box(image, box, size, aug.interpolation, opts.antialias)
-            else:
-                image, reason = self.decoder.decode(contents, window_fn=window)
-            return aug(image, seed, output_size=size, crop_done=window is not None,
-                       antialias=opts.antialias), reason
-        if size is not None and opts.resize in transform.WINDOW_MODES and fast:
-            th, tw = size
-            window = transform.WINDOW_MODES[opts.resize]
-            window_fn = lambda s: window(s[0], s[1], th, tw)
-            if target is not None:
-                image, reason, box = self.decoder.decode(contents, window_fn=window_fn,
-                                                         target=target, with_box=True)
-                image = transform.resize_box(image, box, size, opts.interpolation,
-                                             opts.antialias)
-            else:
-                image, reason = self.decoder.decode(contents, window_fn=window_fn)
-                image = transform.resize(image, size, "stretch", opts.interpolation,
-                                         opts.antialias)
-        else:
-            image, reason = self.decoder.decode(contents, target=target)
-            image = self.finish(image, seed, augment=False)
-        if self.augment_here:
-            image = aug(image, seed)
-        return image, reason
+        """One image alone: (image, reason) (``image`` with this element's ``geometry``)."""
+        return self.image(contents, self.geometry(seed), seed)
 
     def finish(self, image, seed=None, augment=True):
         """The stages after a whole decode: resize, then augment (for diagnosis)."""
@@ -418,7 +461,9 @@ def cache_file(opts, source) -> str:
     if opts.jpeg_dct_scaling or opts.antialias:  # (old caches keep their fingerprint)
         parts.append(("jpeg_dct_scaling", opts.jpeg_dct_scaling, "antialias", opts.antialias))
     if getattr(source, "mask_paths", None) is not None or getattr(source, "has_masks", False):
-        parts += ["pairs", opts.mask_mode, sorted((opts.mask_colors or {}).items()),
+        # ("image as alone": pair images cached before that differ, so are not read back)
+        parts += ["pairs", "image as alone", opts.mask_mode,
+                  sorted((opts.mask_colors or {}).items()),
                   opts.mask_pad_value, getattr(source, "mask_paths", None)]
     h.update(repr(parts).encode())
     if not isinstance(source, index_lib.Index):  # shards.Records

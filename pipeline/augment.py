@@ -497,14 +497,8 @@ class Augment:
              pad_value: int = 255):
         """Augments an image and its segmentation mask together.
 
-        The image gets every op, as ``__call__``. The mask gets the geometric
-        ops only (random resized crop, flips, the projective transform:
-        rotation, shift, shear, zoom), with the same sub-seeds, so the same
-        window, flip and matrix, always nearest-neighbour (no class is made
-        up at a boundary); the photometric ops (brightness, contrast,
-        saturation, hue, channel shift) never touch it. Points outside the
-        mask are filled as the image's (``fill_mode``), except that
-        ``fill_mode="constant"`` fills the mask with ``pad_value``.
+        The image gets every op, as ``__call__``; the mask gets the geometric
+        ones, as ``mask`` (same sub-seeds: the same window, flip and matrix).
 
         Args:
             image: uint8 [height, width, channels].
@@ -516,10 +510,38 @@ class Augment:
         Returns:
             (image uint8 [h, w, channels], mask uint8 [h, w, 1]).
         """
-        out = self(image, seed, output_size=output_size)
+        return (self(image, seed, output_size=output_size),
+                self.mask(mask, seed, output_size=output_size, pad_value=pad_value))
+
+    def mask(self, mask, seed, output_size: Optional[Sequence[int]] = None,
+             pad_value: int = 255, crop_done: bool = False):
+        """The geometric ops of ``__call__`` on a segmentation mask, for its image.
+
+        Random resized crop (the window ``crop_window(tf.shape(mask), seed)``:
+        the image's when the mask has its image's full size, even where the
+        image was decoded window-only or at a reduced scale), flips and the
+        projective transform (rotation, shift, shear, zoom), with the sub-seeds
+        ``__call__`` gives the image, always nearest-neighbour (no class is
+        made up at a boundary); the photometric ops (brightness, contrast,
+        saturation, hue, channel shift) never touch it. Points outside the
+        mask are filled as the image's (``fill_mode``), except that
+        ``fill_mode="constant"`` fills the mask with ``pad_value``.
+
+        Args:
+            mask: uint8 [height, width, 1] classes.
+            seed: int32/int64 [2], the element's stateless seed.
+            output_size: as ``__call__``.
+            pad_value: int in [0, 255], the mask class of filled points.
+            crop_done: True when ``mask`` already is the crop window resized
+                to ``output_size`` (as ``__call__``'s ``crop_done`` with the
+                resize done): only the ops after the crop run.
+
+        Returns:
+            uint8 [h, w, 1] (``output_size`` when given).
+        """
         mask = tf.convert_to_tensor(mask)
         seed = tf.convert_to_tensor(seed)
-        if self.random_resized_crop is not None:
+        if self.random_resized_crop is not None and not crop_done:
             shape = tf.shape(mask)
             size = (shape[0], shape[1]) if output_size is None else tuple(output_size)
             oy, ox, ch, cw = self.crop_window(shape, seed)
@@ -539,7 +561,7 @@ class Augment:
                 output_shape=shape[:2], fill_value=tf.constant(pad_value, tf.float32),
                 interpolation="NEAREST", fill_mode=self.fill_mode.upper())[0], tf.uint8)
             mask.set_shape(static_shape)
-        return out, mask
+        return mask
 
     # ------------------------------------------------------------ migration
     @classmethod

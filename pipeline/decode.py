@@ -280,6 +280,12 @@ def whole_box(image):
     return tf.concat([[0.0, 0.0], s], 0)
 
 
+def _shape(height, width):
+    """(height, width) of a whole displayed image as int32 [2] (``Decoder.decode``'s
+    ``with_shape``)."""
+    return tf.cast(tf.stack([height, width]), tf.int32)
+
+
 def _halve(image, ratio: int):
     """uint8 [h, w, 3] -> [h // 2, w // 2, 3] by 2x2 box averages when ``ratio`` is
     16 (the 1/8 DCT scale halved: no aliasing left for the resize after it); the
@@ -1407,14 +1413,16 @@ class Decoder:
         """The rare JPEGs: a header over ``max_pixels`` (refused), or an EXIF
         orientation other than 1 (decoded whole, at the DCT scale the displayed
         image or window allows, oriented, then cropped). One function call
-        (``bmp.unlowered_case``) that runs only the branch taken."""
+        (``bmp.unlowered_case``) that runs only the branch taken. Returns as
+        ``_jpeg_path``."""
         with_box = window_fn is not None and target is not None
         boxed = (lambda img: (whole_box(img),)) if with_box else (lambda img: ())
 
         def refuse():
             img = self.placeholder()
             return (img, tf.strings.format(
-                "header claims {}x{} pixels > max_pixels={}", (w, h, self.max_pixels))) + boxed(img)
+                "header claims {}x{} pixels > max_pixels={}", (w, h, self.max_pixels))) + \
+                boxed(img) + (_shape(h, w),)
 
         def oriented():
             o = tf.cast(orientation, tf.int32)
@@ -1432,13 +1440,13 @@ class Decoder:
             img = apply_orientation(self._jpeg_scaled(contents, index), orientation)
             if window is None:
                 img.set_shape([None, None, self.channels])
-                return (img, tf.constant("")) + boxed(img)
+                return (img, tf.constant("")) + boxed(img) + (_shape(dh, dw),)
             r = 1 if index is None else tf.gather(tf.constant(DCT_RATIOS, tf.int32), index)
             s = tf.shape(img)
             oy, ox, ch, cw, box = window_box(window, r, s[0], s[1])
             img = img[oy:oy + ch, ox:ox + cw]
             img.set_shape([None, None, self.channels])
-            return (img, tf.constant("")) + ((box,) if with_box else ())
+            return (img, tf.constant("")) + ((box,) if with_box else ()) + (_shape(dh, dw),)
 
         return bmp_lib.unlowered_case(tf.cast(tf.logical_not(too_big), tf.int32),
                                       [refuse, oriented])
@@ -1449,7 +1457,9 @@ class Decoder:
         orientation (``exif_orientation``: no branch taken unless the first 32
         bytes say an EXIF block may be there), then one lowered cond whose
         common branch is the decode alone and whose rare branch (refused or
-        rotated) is one function call (``bmp.unlowered_case``).
+        rotated) is one function call (``bmp.unlowered_case``). Returns (image,
+        reason[, box with a window and a target], displayed full-size shape
+        int32 [2]).
 
         Measured (one thread, the 1,000 sample photos, ``decode_jpeg`` alone
         1,478 µs per image): a decode inside a function call costs some 450 µs
@@ -1468,7 +1478,7 @@ class Decoder:
             out = self._jpeg_fast(contents, h, w, window_fn, target)
             img, box = out if isinstance(out, tuple) else (out, None)
             img.set_shape([None, None, self.channels])
-            return (img, tf.constant("")) + (() if box is None else (box,))
+            return (img, tf.constant("")) + (() if box is None else (box,)) + (_shape(h, w),)
 
         def rare():
             return self._jpeg_special(contents, h, w, too_big, o, window_fn, target)
@@ -1508,7 +1518,7 @@ class Decoder:
 
     # -------------------------------------------------------------- entry
     def decode(self, contents, window_fn: Optional[Callable] = None, target=None,
-               with_box: bool = False):
+               with_box: bool = False, with_shape: bool = False):
         """Encoded bytes -> (uint8 image [h, w, channels], reason: str scalar, "" when good).
 
         Args:
@@ -1530,8 +1540,14 @@ class Decoder:
                 offset_x, height, width) of the asked window in the returned
                 image's pixels (the whole image when there is no window or
                 no target); ``transform.resize_box`` resamples exactly it.
+            with_shape: also return ``shape``, int32 ``[2]``: (height, width)
+                of the whole displayed image at full scale (EXIF orientation
+                applied; what ``window_fn`` is given), whatever was decoded
+                (a window, a reduced scale); a refused file's header size or
+                (1, 1).
 
-        Returns (image, reason), or (image, reason, box) with ``with_box``.
+        Returns (image, reason), then ``box`` with ``with_box``, then ``shape``
+        with ``with_shape``.
 
         Faults found before decoding (unknown format, a header over
         ``max_pixels``, a format with no decoder here) give a reason and a
@@ -1549,7 +1565,7 @@ class Decoder:
         c = self.channels
         boxed = window_fn is not None and target is not None
 
-        def jpeg():
+        def jpeg():  # (image, reason[, box], shape)
             out = self._jpeg_path(contents, words, window_fn, target)
             return (out[0], self._jpeg_cut(contents, out[0], out[1])) + tuple(out[2:])
 
@@ -1560,21 +1576,21 @@ class Decoder:
             else:
                 out = bmp_lib.unlowered_case(tf.constant(0), [
                     lambda: self._others(contents, window_fn)])
-            return (out[0], out[1]) + ((whole_box(out[0]),) if boxed else ())
+            return (out[0], out[1]) + ((whole_box(out[0]),) if boxed else ()) + (out[2],)
 
         out = tf.cond(is_jpeg(words), jpeg, others)
-        img, reason = out[0], out[1]
+        img, reason, shape = out[0], out[1], out[-1]
         img.set_shape([None, None, c])
-        if not with_box:
-            return img, reason
-        return img, reason, out[2] if boxed else whole_box(img)
+        shape.set_shape([2])
+        extra = (out[2] if boxed else whole_box(img),) if with_box else ()
+        return (img, reason) + extra + ((shape,) if with_shape else ())
 
     def _others_from_python(self, contents, window_fn):
         """Rare path of a JPEG-only graph (``others_in_graph=False``): a file that
         is not a JPEG, decoded by ``_others`` run eagerly in a ``tf.py_function``
         (the ops the full graph runs, so the same pixels and reason), then
-        windowed in graph as ``_others`` does. The first file of each kind
-        (``formats.variant``) is logged, once per decoder."""
+        windowed in graph as ``_others`` does (and returns as it does). The first
+        file of each kind (``formats.variant``) is logged, once per decoder."""
         c = self.channels
         seen, lock = self._fallback_seen, self._fallback_lock
 
@@ -1589,19 +1605,21 @@ class Decoder:
                                 "named as JPEGs: their decoder runs from Python (slow path: the "
                                 "graph holds the JPEG decoder only); naming files by their "
                                 "format (.png, ...) decodes them in graph", kind)
-            return self._others(b, None)
+            return self._others(b, None)[:2]
 
         img, reason = tf.py_function(run, [contents], [tf.uint8, tf.string],
                                      name=OTHERS_OP_NAME)
         img.set_shape([None, None, c])
         reason.set_shape([])
+        shape = tf.shape(img)[:2]
         if window_fn is not None:
             oy, ox, ch, cw = window_fn(tf.shape(img))
             img = img[oy:oy + ch, ox:ox + cw]
-        return img, reason
+        return img, reason, shape
 
     def _others(self, contents, window_fn):
-        """Every format but JPEG: sniff, header size and bomb guard, one Case."""
+        """Every format but JPEG: sniff, header size and bomb guard, one Case.
+        Returns (image, reason, the whole image's shape int32 [2])."""
         head = bytes_at(contents, 0, 64)
         fmt = sniff(contents, head[:_F.SIGNATURE_BYTES])
         h, w = header_size(contents, fmt, head, tfio_tiff="tiff" in self.tfio_formats)
@@ -1615,16 +1633,18 @@ class Decoder:
             first = bytes_text(head[:n])
             unknown = tf.where(tf.equal(tf.strings.length(contents), 0), "empty file (0 bytes)",
                                tf.strings.join(["not an image (first bytes ", first, ")"]))
-            return self.placeholder(), tf.where(fmt == _F.UNKNOWN, unknown, reason)
+            img = self.placeholder()
+            return img, tf.where(fmt == _F.UNKNOWN, unknown, reason), tf.shape(img)[:2]
 
         def other(fn):
             def run():
                 img, reason = fn()
+                shape = tf.shape(img)[:2]
                 if window_fn is not None:
                     oy, ox, ch, cw = window_fn(tf.shape(img))
                     img = img[oy:oy + ch, ox:ox + cw]
                 img.set_shape([None, None, c])
-                return img, reason
+                return img, reason, shape
             return run
 
         branches = [
@@ -1654,9 +1674,9 @@ class Decoder:
         first_optional = len(branches) - 2
         index = tf.where(too_big | (fmt == _F.UNKNOWN) | (fmt == _F.JPEG), len(branches) - 1,
                          tf.minimum(fmt, first_optional))
-        img, reason = tf.switch_case(index, branches)
+        img, reason, shape = tf.switch_case(index, branches)
         img.set_shape([None, None, c])
-        return img, reason
+        return img, reason, shape
 
 
 _NO_FALLBACK = ("%s needs the Pillow fallback decoder, which cannot run on tf.data service "
