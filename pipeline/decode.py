@@ -84,9 +84,11 @@ from __future__ import annotations
 
 import functools
 import io
+import itertools
 import struct
 import threading
 import time
+import weakref
 from typing import Callable, Dict, Optional, Sequence, Set
 
 import numpy as np
@@ -1104,9 +1106,21 @@ class Decoder:
         self.others_in_graph = others_in_graph or not fallback
         self.core_webp = stack.core_webp()
         self.plugins = stack.pillow_plugins() if fallback else set()
-        self._fallback_seen: Set[str] = set()   # kinds the fallback has logged
-        self._fallback_lock = threading.Lock()
-        self.fallback_stats = [0, 0.0]  # files the Pillow fallback decoded, seconds in it
+        # The state of the Pillow fallback's Python side, per decoder (the graph of every
+        # other format is shared by decoders of one configuration: ``_shared_others``, whose
+        # py_functions find this decoder's state by its token).
+        self._token = next(_DECODER_TOKENS)
+        self._fallback_seen, self._fallback_lock, self.fallback_stats = _fallback_state(
+            self._token)
+        weakref.finalize(self, _FALLBACK_STATE.pop, self._token, None)
+        self._graph_token = None  # the token tensor while ``_shared_others`` traces
+
+    def graph_key(self) -> tuple:
+        """What decides the graph this decoder builds: every attribute but the fallback's
+        per-decoder state (hashable; sets as frozensets)."""
+        return (type(self),) + tuple(sorted(
+            (k, frozenset(v) if isinstance(v, set) else v) for k, v in vars(self).items()
+            if k not in _DECODER_STATE))
 
     def placeholder(self):
         return tf.zeros([1, 1, self.channels], tf.uint8)
@@ -1179,9 +1193,12 @@ class Decoder:
         """Slow path: Pillow in a py_function (see the module docstring). The first
         file of each kind (``formats.variant``) decoded here is logged, once per
         decoder: the fallback is never silent."""
-        seen, lock, stats = self._fallback_seen, self._fallback_lock, self.fallback_stats
+        token = self._graph_token
+        if token is None:
+            token = tf.constant(self._token, tf.int64)
 
-        def run(b):
+        def run(b, t):
+            seen, lock, stats = _fallback_state(int(t))
             t0 = time.perf_counter()
             data = b.numpy()
             kind = _F.variant(data[:4096])
@@ -1199,7 +1216,7 @@ class Decoder:
                     stats[0] += 1
                     stats[1] += time.perf_counter() - t0
 
-        img = tf.py_function(run, [contents], tf.uint8, name=FALLBACK_OP_NAME)
+        img = tf.py_function(run, [contents, token], tf.uint8, name=FALLBACK_OP_NAME)
         img.set_shape([None, None, None])
         return to_channels(img, self.channels)
 
@@ -1618,8 +1635,32 @@ class Decoder:
         return img, reason, shape
 
     def _others(self, contents, window_fn):
-        """Every format but JPEG: sniff, header size and bomb guard, one Case.
-        Returns (image, reason, the whole image's shape int32 [2])."""
+        """Every format but JPEG: sniff, header size and bomb guard, one Case (built once
+        per process for decoders of one ``graph_key``: ``_shared_others``), then the window
+        of a good image. Returns (image, reason, the whole image's shape int32 [2])."""
+        token = tf.constant(self._token, tf.int64)
+        if tf.executing_eagerly():
+            img, reason, shape = self._others_whole(contents, token)
+        else:
+            img, reason, shape = _shared_others(self)(contents, token)
+        if window_fn is not None:
+            def crop():
+                oy, ox, ch, cw = window_fn(tf.shape(img))
+                return img[oy:oy + ch, ox:ox + cw]
+            img = tf.cond(tf.equal(reason, ""), crop, lambda: img)
+        img.set_shape([None, None, self.channels])
+        return img, reason, shape
+
+    def _others_whole(self, contents, token):
+        """``_others`` without the window: (image, reason, shape int32 [2]); ``token``
+        (int64 scalar) names the decoder whose fallback state the py_functions use."""
+        self._graph_token = token
+        try:
+            return self._others_cases(contents)
+        finally:
+            self._graph_token = None
+
+    def _others_cases(self, contents):
         head = bytes_at(contents, 0, 64)
         fmt = sniff(contents, head[:_F.SIGNATURE_BYTES])
         h, w = header_size(contents, fmt, head, tfio_tiff="tiff" in self.tfio_formats)
@@ -1639,12 +1680,8 @@ class Decoder:
         def other(fn):
             def run():
                 img, reason = fn()
-                shape = tf.shape(img)[:2]
-                if window_fn is not None:
-                    oy, ox, ch, cw = window_fn(tf.shape(img))
-                    img = img[oy:oy + ch, ox:ox + cw]
                 img.set_shape([None, None, c])
-                return img, reason, shape
+                return img, reason, tf.shape(img)[:2]
             return run
 
         branches = [
@@ -1677,6 +1714,33 @@ class Decoder:
         img, reason, shape = tf.switch_case(index, branches)
         img.set_shape([None, None, c])
         return img, reason, shape
+
+
+# Decoders' tokens; the fallback's Python state of each live decoder, by token: (kinds
+# logged, lock, [files decoded, seconds]); an entry leaves with its decoder.
+_DECODER_TOKENS = itertools.count(1)
+_FALLBACK_STATE: Dict[int, tuple] = {}
+_DECODER_STATE = ("_token", "_fallback_seen", "_fallback_lock", "fallback_stats",
+                  "_graph_token")
+_SHARED_OTHERS: Dict[tuple, Callable] = {}
+
+
+def _fallback_state(token: int) -> tuple:
+    """The fallback state of the decoder with ``token`` (a new one if it is gone)."""
+    return _FALLBACK_STATE.setdefault(token, (set(), threading.Lock(), [0, 0.0]))
+
+
+def _shared_others(decoder: "Decoder") -> Callable:
+    """``f(contents, token) -> (image, reason, shape)``: ``decoder._others_whole`` traced
+    once per process for each ``graph_key`` (``stack.traced_once``), so that a factory call
+    does not build the decoders of every other format again (about 1 CPU-s of Python)."""
+    key = decoder.graph_key()
+    fn = _SHARED_OTHERS.get(key)
+    if fn is None:
+        fn = stack.traced_once(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64))(
+            decoder._others_whole)  # pylint: disable=protected-access
+        fn = _SHARED_OTHERS.setdefault(key, fn)
+    return fn
 
 
 _NO_FALLBACK = ("%s needs the Pillow fallback decoder, which cannot run on tf.data service "

@@ -15,7 +15,7 @@ from PIL import Image
 import pipeline
 from pipeline.guard import RAISE_HINT
 from io_helpers import png_claiming
-from conftest import flatten, index_values, solid
+from conftest import flatten, index_values, run_cli, solid
 
 
 def _jpeg_bytes(value, size=(40, 30)):
@@ -242,18 +242,14 @@ def test_scan_reports_everything(mixed, tmp_path):
     assert proc.returncode == 1, proc.stderr[-2000:]     # bad files found: exit 1
     assert json.loads(out.read_text())["num_ok"] == 20
     assert "bad files (15)" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "scan", str(tmp_path / "nope"),
-                           "--noprogress"], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=REPO))
-    assert proc.returncode == 2 and "nope" in proc.stderr and "Traceback" not in proc.stderr
+    code, _, err = run_cli("scan", str(tmp_path / "nope"), "--noprogress")
+    assert code == 2 and "nope" in err and "Traceback" not in err
 
 
 def test_scan_manifests_max_pixels_and_cli_usage(mixed, tmp_path):
     """Found by a fresh-eyes user: manifests with paths outside their folder could not
     be scanned, small max_pixels was refused with a message about image_size, 0 was
     ignored, and CLI mistakes printed tracebacks or exited 1 ("bad files found")."""
-    import subprocess, sys
-    from conftest import REPO
     root, good, bad = mixed
     man = tmp_path / "m" / "list.csv"
     os.makedirs(man.parent)
@@ -267,17 +263,15 @@ def test_scan_manifests_max_pixels_and_cli_usage(mixed, tmp_path):
     assert small.num_ok == 0 and "max_pixels=10" in small.bad_files[0]["reason"]
     with pytest.raises(ValueError, match="max_pixels=0"):
         pipeline.scan(root, max_pixels=0, progress=False)
-    env = dict(os.environ, PYTHONPATH=REPO)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "pipeline", *a], capture_output=True,
-                                    text=True, timeout=300, env=env)
-    proc = run("scan", str(man), "--allow_outside_root", "--noprogress")
-    assert proc.returncode == 1 and "bad files (1)" in proc.stdout, proc.stderr[-2000:]
-    proc = run("scan")                              # no source: a usage error, exit 2
-    assert proc.returncode == 2 and "usage: python -m pipeline scan SOURCE" in proc.stderr
-    assert "--batch_size" not in proc.stderr        # the message, not the whole flag list
-    proc = run("convert", str(tmp_path / "nope"), str(tmp_path / "out"))
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "pipeline convert: error:" in proc.stderr and "nope" in proc.stderr
+    # in this process (``run_cli``): the exit status and messages are the command's own
+    code, out, _ = run_cli("scan", str(man), "--allow_outside_root", "--noprogress")
+    assert code == 1 and "bad files (1)" in out
+    code, _, err = run_cli("scan")                  # no source: a usage error, exit 2
+    assert code == 2 and "usage: python -m pipeline scan SOURCE" in err
+    assert "--batch_size" not in err                # the message, not the whole flag list
+    code, _, err = run_cli("convert", str(tmp_path / "nope"), str(tmp_path / "out"))
+    assert code == 2 and "Traceback" not in err
+    assert "pipeline convert: error:" in err and "nope" in err
 
 
 @pytest.mark.stack  # the decoders' or Keras' behaviour, by stack

@@ -255,6 +255,7 @@ print(json.dumps(seen)); sys.stdout.flush(); os._exit(0)
 """
 
 
+@pytest.mark.slow  # test_sampling_resumes_from_an_iterator_checkpoint is its cheap check
 def test_sampling_resumes_in_a_new_process_with_iterator_checkpoint(root, tmp_path):
     """Process A draws 2 batches and saves; process B restores and finishes the epoch:
     together they are the unbroken epoch of the same seed."""

@@ -88,7 +88,7 @@ def check_epoch(stdout):
             name, px, colour(i))
 
 
-@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, id="TERM"),
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, id="TERM", marks=pytest.mark.slow),
                                  pytest.param(signal.SIGKILL, id="KILL", marks=pytest.mark.stack)])
 def test_rerun_rebuilds_after_the_writer_is_killed(tree, tmp_path, sig):
     cache = str(tmp_path / "cache[1]" / "c")

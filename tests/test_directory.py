@@ -68,7 +68,8 @@ def test_reshuffled_every_epoch_and_seed_deterministic(class_tree):
     assert index_values(flatten(unshuffled)[0]) == sorted(ea[0])
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, None])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow),
+                                  pytest.param(2, marks=pytest.mark.slow), None])
 def test_splits_disjoint_and_complete(class_tree, seed):
     root, expected = class_tree
     kw = dict(image_size=(4, 4), validation_split=0.25, seed=seed, shuffle=False)
