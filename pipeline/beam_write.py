@@ -22,6 +22,14 @@ process), then runs:
    ``dataset.json.parts/``;
 5. the driver writes ``dataset.json`` (``shard_writer.sidecar``) and removes the parts.
 
+On this machine (``LOCAL_RUNNERS``) the job runs on Beam's FnApiRunner, built directly
+(``make_runner``: the DirectRunner's Prism attempt is never made). By default its one worker
+runs in this process and encodes each ``Encode`` element's rows on a thread per core
+(``encode_threads``), sharing one traced re-encoder (``shared_reencoder``), as the
+single-process writer's threads do; ``direct_running_mode=multi_processing`` starts worker
+processes instead, each importing TensorFlow and tracing its own re-encoder; worker threads
+(``multi_threading``) are refused (``check_local``).
+
 Files are read and written through ``tf.io.gfile`` / ``pipeline.read``, the readers'
 file systems (local, ``gs://``, ``s3://``). Counters (namespace ``pipeline``:
 ``files_checked``, ``bad_files``, ``records_encoded``, ``shards_written``,
