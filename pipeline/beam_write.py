@@ -83,9 +83,9 @@ def check_local(runner: str, options) -> None:
     ``direct_running_mode`` ``in_memory`` or ``multi_threading``.
 
     Measured with apache-beam 2.77.0 (docs/scale-out.md): ``multi_threading`` with 2
-    workers lost one encoded record between ``Encode`` and ``GroupByKey`` in 9 of 13
+    workers lost one encoded record between ``Encode`` and ``GroupByKey`` in 10 of 24
     runs of the 1,000 sample photos (every record left ``Encode``; the shard check failed
-    the job: "124 records for 125 places"), and 0 of 8 runs with ``multi_processing``.
+    the job: "124 records for 125 places"), and none in 13 runs with ``multi_processing``.
     Where the loss sits in Beam is not found; a loss before ``Layout`` (the bad-file
     check's lists) would not be caught. The default run (one in-process worker) encodes
     on one thread per core (``encode_threads``) instead.
