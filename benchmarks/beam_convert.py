@@ -158,9 +158,10 @@ def main(argv):
     if len(medians) == 2:
         same = all(a["sha256"] == b["sha256"] for a, b in zip(runs["single"], runs["beam"]))
         ratio = medians["beam"]["images_per_sec"] / medians["single"]["images_per_sec"]
+        per_cpu = (medians["beam"]["images_per_cpu_second"]
+                   / medians["single"]["images_per_cpu_second"])
         print(f"beam / single images/s (medians of {FLAGS.repeats}): {ratio:.2f}; per "
-              f"CPU-s: {medians['beam']['images_per_cpu_second'] / medians['single']['images_per_cpu_second']:.2f}; "
-              f"same shards: {same}; cores here: {os.cpu_count()}")
+              f"CPU-s: {per_cpu:.2f}; same shards: {same}; cores here: {os.cpu_count()}")
     paper = []
     if "beam" in medians:
         b = {"cpu_seconds": medians["beam"]["cpu_seconds"],

@@ -82,7 +82,7 @@ def check_local(runner: str, options) -> None:
     in threads of this process: ``direct_num_workers`` other than 1 with
     ``direct_running_mode`` ``in_memory`` or ``multi_threading``.
 
-    Measured with apache-beam 2.77.0 (docs/scale-out.md): ``multi_threading`` with 2
+    Measured with apache-beam 2.77.0 (docs/limitations.md): ``multi_threading`` with 2
     workers lost one encoded record between ``Encode`` and ``GroupByKey`` in 10 of 24
     runs of the 1,000 sample photos (every record left ``Encode``; the shard check failed
     the job: "124 records for 125 places"), and none in 13 runs with ``multi_processing``.
@@ -101,7 +101,7 @@ def check_local(runner: str, options) -> None:
         raise ValueError(
             f"`beam_options`: direct_running_mode={direct.direct_running_mode} with "
             f"direct_num_workers={direct.direct_num_workers} runs Beam's workers as threads "
-            "of one process, which lost records here (apache-beam 2.77; docs/scale-out.md). "
+            "of one process, which lost records here (apache-beam 2.77; docs/limitations.md). "
             "Leave both unset (one in-process worker that encodes on a thread per core: the "
             "fastest run on one machine) or give direct_running_mode=multi_processing. "
             f"Received: beam_options with direct_running_mode={direct.direct_running_mode}, "
@@ -253,8 +253,9 @@ def _reencoder_cached(max_resolution: int, jpeg_quality: int, max_pixels: Option
 
 def shared_reencoder(max_resolution: int, jpeg_quality: int, max_pixels: Optional[int]):
     """``shard_writer.resolution_reencoder(...)``, built and traced once per process: the
-    worker threads of a process (``multi_threading``) share it, as the single-process
-    writer's threads share its one (tracing costs about 1-2 CPU-s per build here)."""
+    encode threads of the in-process run (``encode_threads``) and every ``Encode``
+    instance of the process share it, as the single-process writer's threads share its one
+    (a build and trace costs about 1.4 CPU-s here, its first calls about 0.9 more)."""
     with _REENCODER_LOCK:
         return _reencoder_cached(max_resolution, jpeg_quality, max_pixels)
 
