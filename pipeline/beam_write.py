@@ -22,6 +22,14 @@ process), then runs:
    ``dataset.json.parts/``;
 5. the driver writes ``dataset.json`` (``shard_writer.sidecar``) and removes the parts.
 
+On this machine (``LOCAL_RUNNERS``) the job runs on Beam's FnApiRunner, built directly
+(``make_runner``: the DirectRunner's Prism attempt is never made). By default its one worker
+runs in this process and encodes each ``Encode`` element's rows on a thread per core
+(``encode_threads``), sharing one traced re-encoder (``shared_reencoder``), as the
+single-process writer's threads do; ``direct_running_mode=multi_processing`` starts worker
+processes instead, each importing TensorFlow and tracing its own re-encoder; worker threads
+(``multi_threading``) are refused (``check_local``).
+
 Files are read and written through ``tf.io.gfile`` / ``pipeline.read``, the readers'
 file systems (local, ``gs://``, ``s3://``). Counters (namespace ``pipeline``:
 ``files_checked``, ``bad_files``, ``records_encoded``, ``shards_written``,
@@ -31,18 +39,21 @@ file systems (local, ``gs://``, ``s3://``). Counters (namespace ``pipeline``:
 
 from __future__ import annotations
 
+import concurrent.futures
 import difflib
 import functools
 import json
 import math
 import pickle
 import secrets
+import threading
 from typing import Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from pipeline import checks
 from pipeline import index as index_lib
 from pipeline import read
 from pipeline import shard_writer
@@ -52,6 +63,8 @@ INSTALL_HINT = "pip install '.[beam]' (from a checkout; or pip install 'tf-image
 NAMESPACE = "pipeline"
 CHECK_CHUNK_MAX = 1000     # files per Check element (one scan_index graph each)
 ENCODE_CHUNK_MAX = 256     # rows per Encode element
+# Runners that run here, on Beam's FnApiRunner (check_local, encode_threads).
+LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "FnApiRunner")
 
 
 def require_beam():
@@ -64,12 +77,77 @@ def require_beam():
     return apache_beam
 
 
+def check_local(runner: str, options) -> None:
+    """Refuses a local run (``LOCAL_RUNNERS``) whose FnApiRunner would run a stage's bundles
+    in threads of this process: ``direct_num_workers`` other than 1 with
+    ``direct_running_mode`` ``in_memory`` or ``multi_threading``.
+
+    Measured with apache-beam 2.77.0 (docs/limitations.md): ``multi_threading`` with 2
+    workers lost one encoded record between ``Encode`` and ``GroupByKey`` in 10 of 24
+    runs of the 1,000 sample photos (every record left ``Encode``; the shard check failed
+    the job: "124 records for 125 places"), and none in 13 runs with ``multi_processing``.
+    Where the loss sits in Beam is not found; a loss before ``Layout`` (the bad-file
+    check's lists) would not be caught. The default run (one in-process worker) encodes
+    on one thread per core (``encode_threads``) instead.
+
+    Raises:
+        ValueError: naming both options, the values received and what to use instead.
+    """
+    if runner not in LOCAL_RUNNERS:
+        return
+    from apache_beam.options import pipeline_options as po  # pylint: disable=import-outside-toplevel
+    direct = options.view_as(po.DirectOptions)
+    if direct.direct_running_mode != "multi_processing" and direct.direct_num_workers != 1:
+        raise ValueError(
+            f"`beam_options`: direct_running_mode={direct.direct_running_mode} with "
+            f"direct_num_workers={direct.direct_num_workers} runs Beam's workers as threads "
+            "of one process, which lost records here (apache-beam 2.77; docs/limitations.md). "
+            "Leave both unset (one in-process worker that encodes on a thread per core: the "
+            "fastest run on one machine) or give direct_running_mode=multi_processing. "
+            f"Received: beam_options with direct_running_mode={direct.direct_running_mode}, "
+            f"direct_num_workers={direct.direct_num_workers}")
+
+
+def encode_threads(runner: str, options) -> int:
+    """Threads each ``Encode`` element's rows are encoded on: the cores this process may
+    use (``checks.cpu_count()``) for a local run in this process (``LOCAL_RUNNERS``,
+    ``direct_running_mode=in_memory``), as the single-process writer's threads; 1
+    otherwise (``multi_processing`` and remote runners run a worker per core).
+
+    The threads share the process's TensorFlow and its traced re-encoder
+    (``shared_reencoder``); the encode (decode, resize, JPEG encode) runs in TensorFlow
+    ops, which release the GIL.
+    """
+    from apache_beam.options import pipeline_options as po  # pylint: disable=import-outside-toplevel
+    if runner in LOCAL_RUNNERS and options.view_as(
+            po.DirectOptions).direct_running_mode == "in_memory":
+        return checks.cpu_count()
+    return 1
+
+
+def make_runner(runner: str, options):
+    """The runner to give ``beam.Pipeline``: for ``DirectRunner`` (and
+    ``SwitchingDirectRunner``) Beam's ``FnApiRunner``, built as the DirectRunner builds it
+    for a batch job (the pipeline options in its provision info), so that the
+    DirectRunner's first attempt, the Prism runner (downloaded from GitHub, then started),
+    is never made; any other runner: its name, for Beam to create."""
+    if runner not in ("DirectRunner", "SwitchingDirectRunner"):
+        return runner
+    # pylint: disable=import-outside-toplevel
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+
+
 def pipeline_options(runner: str, flags: List[str]):
     """Beam's ``PipelineOptions`` of ``flags`` (``checks.check_beam``'s) with ``runner``.
 
     Raises:
         ValueError: a flag that no Beam options class defines (named, with the closest
-            known flag).
+            known flag); a local run on worker threads (``check_local``).
         ImportError: apache-beam is not installed (``require_beam``).
     """
     require_beam()
@@ -85,6 +163,7 @@ def pipeline_options(runner: str, flags: List[str]):
                 f"`beam_options`: Beam has no option {key!r}"
                 + (f" (did you mean {close[0]!r}?)" if close else "")
                 + f". Received: beam_options item {flag!r}")
+    check_local(runner, options)
     return options
 
 
@@ -162,6 +241,25 @@ def _order(n: int, seed: int, shuffle: bool) -> np.ndarray:
     return shard_writer.row_order(n, seed) if shuffle else np.arange(n)
 
 
+_REENCODER_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=4)
+def _reencoder_cached(max_resolution: int, jpeg_quality: int, max_pixels: Optional[int]):
+    f = shard_writer.resolution_reencoder(max_resolution, jpeg_quality, max_pixels)
+    f.get_concrete_function()  # traced once, before the worker threads call it
+    return f
+
+
+def shared_reencoder(max_resolution: int, jpeg_quality: int, max_pixels: Optional[int]):
+    """``shard_writer.resolution_reencoder(...)``, built and traced once per process: the
+    encode threads of the in-process run (``encode_threads``) and every ``Encode``
+    instance of the process share it, as the single-process writer's threads share its one
+    (a build and trace costs about 1.4 CPU-s here, its first calls about 0.9 more)."""
+    with _REENCODER_LOCK:
+        return _reencoder_cached(max_resolution, jpeg_quality, max_pixels)
+
+
 def _counter(name: str):
     from apache_beam.metrics import Metrics  # pylint: disable=import-outside-toplevel
     return Metrics.counter(NAMESPACE, name)
@@ -200,19 +298,27 @@ def _dofns():
 
     class Encode(beam.DoFn):
         """A chunk ``(start, stop)`` of the written order -> ``(shard, (place, record,
-        format, has_exif, re-encoded, mask format))`` for each row of a shard to write."""
+        format, has_exif, re-encoded, mask format))`` for each row of a shard to write,
+        the rows encoded on ``threads`` threads (``encode_threads``)."""
 
-        def __init__(self, index_path, shuffle, max_resolution, jpeg_quality, max_pixels):
-            self.index_path, self.shuffle = index_path, shuffle
+        def __init__(self, index_path, shuffle, max_resolution, jpeg_quality, max_pixels,
+                     threads=1):
+            self.index_path, self.shuffle, self.threads = index_path, shuffle, threads
             self.max_resolution, self.jpeg_quality, self.max_pixels = (
                 max_resolution, jpeg_quality, max_pixels)
-            self.reencode = None
+            self.reencode = self.pool = None
 
         def setup(self):
             read.ensure_filesystem(self.index_path, in_graph=True)
             if self.max_resolution is not None:
-                self.reencode = shard_writer.resolution_reencoder(
-                    self.max_resolution, self.jpeg_quality, self.max_pixels)
+                self.reencode = shared_reencoder(self.max_resolution, self.jpeg_quality,
+                                                 self.max_pixels)
+            if self.threads > 1:
+                self.pool = concurrent.futures.ThreadPoolExecutor(self.threads)
+
+        def teardown(self):
+            if self.pool is not None:
+                self.pool.shutdown()
 
         def process(self, chunk, layout, kept):
             idx = _load_index(self.index_path)
@@ -220,13 +326,17 @@ def _dofns():
             order = _order(n, layout["seed"], self.shuffle)
             good = layout["good"]
             kept = set(kept)
-            for j in range(*chunk):
-                k = j % s
-                if shard_writer.SHARD_PATTERN.format(k, s) in kept:
-                    continue
-                row = int(order[j]) if good is None else int(good[order[j]])
+            todo = [j for j in range(*chunk)
+                    if shard_writer.SHARD_PATTERN.format(j % s, s) not in kept]
+            rows = [int(order[j]) if good is None else int(good[order[j]]) for j in todo]
+
+            def encode(row):
+                return shard_writer.encode_row(idx, row, self.reencode)
+
+            encoded = self.pool.map(encode, rows) if self.pool else map(encode, rows)
+            for j, record in zip(todo, encoded):
                 _counter("records_encoded").inc()
-                yield k, (j // s,) + shard_writer.encode_row(idx, row, self.reencode)
+                yield j % s, (j // s,) + record
 
     class WriteShard(beam.DoFn):
         """``(shard, records)`` -> the shard written (temporary name, then renamed) and its
@@ -341,7 +451,7 @@ def write(idx: index_lib.Index, output_dir: str, plan: str, runner: str, flags: 
     logging.info("write_tfrecords: %d files on Beam's %s (%s)", n_all, runner,
                  " ".join(flags) or "default options")
 
-    p = beam.Pipeline(options=options)
+    p = beam.Pipeline(runner=make_runner(runner, options), options=options)
     if on_error is None:
         layout = p | "Layout" >> beam.Create([fixed])
     else:
@@ -362,7 +472,8 @@ def write(idx: index_lib.Index, output_dir: str, plan: str, runner: str, flags: 
      | "Rows" >> beam.FlatMap(lambda lay: _chunks(lay["num_examples"], ENCODE_CHUNK_MAX, 64))
      | "Spread rows" >> beam.Reshuffle()
      | "Encode" >> beam.ParDo(Encode(index_path, shuffle, max_resolution, jpeg_quality,
-                                     max_pixels), layout_side, beam.pvalue.AsList(kept))
+                                     max_pixels, encode_threads(runner, options)),
+                              layout_side, beam.pvalue.AsList(kept))
      | "By shard" >> beam.GroupByKey()
      | "Write shards" >> beam.ParDo(WriteShard(output_dir, max_resolution is not None,
                                                idx.mask_paths is not None), layout_side))

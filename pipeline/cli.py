@@ -131,7 +131,9 @@ EPILOGS = {
     "convert": (
         "On Apache Beam (pip install '.[beam]'): the same shards and dataset.json from any "
         "runner; a rerun into the same OUT keeps the shards already complete.\n"
-        "  local, 2 processes:\n"
+        "  local, in this process (a thread per core; the fastest on one machine):\n"
+        "    python -m pipeline convert photos/ shards/ --beam_runner=DirectRunner\n"
+        "  local, 2 worker processes (each imports TensorFlow: seconds more to start):\n"
         "    python -m pipeline convert photos/ shards/ --beam_runner=DirectRunner \\\n"
         "      --beam_options=direct_running_mode=multi_processing,direct_num_workers=2\n"
         "  Dataflow (the workers install the package's wheel: pip wheel --no-deps -w dist .):\n"

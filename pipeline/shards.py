@@ -195,7 +195,11 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             conversion runs as an Apache Beam pipeline (``pipeline.beam_write``; needs
             ``pip install '.[beam]'``) and writes the same shards and the same
             ``dataset.json`` as this process would (each row's shard and place by the
-            same seeded order; the same encoder, ``encode_row``). A rerun into the same
+            same seeded order; the same encoder, ``encode_row``). "DirectRunner" runs on
+            Beam's FnApiRunner (never its Prism attempt), by default in this process with a
+            thread per core encoding; ``direct_running_mode=multi_processing`` starts
+            worker processes; worker threads (``multi_threading``, or ``in_memory`` with
+            ``direct_num_workers`` other than 1) are refused. A rerun into the same
             ``output_dir`` keeps the shards already complete (their records' count
             and SHA-256 checked against ``dataset.json`` or the per-shard entries of
             an unfinished run) and writes only the others; each shard is written under a
@@ -225,8 +229,9 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         TypeError: an unknown keyword argument (the message names it and the
             closest valid name).
         ValueError: a bad argument (named, with the value received; ``beam_runner``
-            not a known runner, ``beam_options`` malformed or naming an option Beam
-            does not know, ``num_workers`` with ``beam_runner``);
+            not a known runner, ``beam_options`` malformed, naming an option Beam
+            does not know or asking for local worker threads, ``num_workers`` with
+            ``beam_runner``);
             ``output_dir`` is a file, or already holds shards or a ``dataset.json``
             (with ``beam_runner``: of another conversion, or not resumable); or
             ``output_dir`` is the folder ``source`` or inside it

@@ -253,6 +253,49 @@ def test_an_option_beam_does_not_know_is_a_value_error_with_the_closest(beam, fo
 
 
 @pytest.mark.beam
+def test_direct_runner_runs_on_the_fn_api_runner_without_trying_prism(beam):
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    options = beam_write.pipeline_options("DirectRunner", [])
+    runner = beam_write.make_runner("DirectRunner", options)
+    assert type(runner) is fn_runner.FnApiRunner  # not the SwitchingDirectRunner (Prism first)
+    assert beam_write.make_runner("DataflowRunner", options) == "DataflowRunner"
+
+
+@pytest.mark.beam
+@pytest.mark.parametrize("options", ["direct_running_mode=multi_threading,direct_num_workers=2",
+                                     "direct_num_workers=2",
+                                     "direct_running_mode=multi_threading,direct_num_workers=0"])
+def test_worker_threads_are_refused_naming_both_options(beam, options, folder, tmp_path):
+    out = str(tmp_path / "o")
+    with pytest.raises(ValueError) as e:
+        shards.write_tfrecords(folder, out, beam_runner="DirectRunner", beam_options=options)
+    text = str(e.value)
+    mode = "multi_threading" if "multi_threading" in options else "in_memory"
+    workers = options.rpartition("=")[2]
+    assert f"direct_running_mode={mode} with direct_num_workers={workers}" in text
+    assert "lost records" in text and "multi_processing" in text
+    assert f"Received: beam_options with direct_running_mode={mode}" in text
+    assert not os.path.exists(out)
+
+
+@pytest.mark.beam
+def test_encode_threads_are_the_cores_in_process_and_one_elsewhere(beam):
+    from pipeline import checks
+    opts = beam_write.pipeline_options
+    assert beam_write.encode_threads("DirectRunner", opts("DirectRunner", [])) == (
+        checks.cpu_count())
+    assert beam_write.encode_threads("DirectRunner", opts("DirectRunner", [
+        "--direct_running_mode=multi_processing", "--direct_num_workers=2"])) == 1
+    assert beam_write.encode_threads("DataflowRunner", opts("DataflowRunner", [])) == 1
+
+
+def test_shared_reencoder_is_built_once_per_process_and_options():
+    a = beam_write.shared_reencoder(16, 80, None)
+    assert beam_write.shared_reencoder(16, 80, None) is a
+    assert beam_write.shared_reencoder(16, 81, None) is not a
+
+
+@pytest.mark.beam
 def test_the_beam_options_of_converts_help_and_the_docs_are_options_beam_knows(beam):
     import re
     from pipeline import checks, cli
@@ -302,6 +345,6 @@ def test_segmentation_pairs_write_the_single_process_writers_shards(beam, tmp_pa
                                   image_size=(8, 8), batch_size=None)
     a = shards.write_tfrecords(src, str(tmp_path / "one"), 3, progress=False)
     b = shards.write_tfrecords(src, str(tmp_path / "beam"), 3, progress=False,
-                               beam_runner="DirectRunner", beam_options=IN_PROCESS)
+                               beam_runner="DirectRunner")  # the default: in process
     assert a == b and a["has_masks"] and a["mask_formats"] == {"png": 6, "bmp": 2}
     assert _files(str(tmp_path / "one")) == _files(str(tmp_path / "beam"))
