@@ -22,6 +22,7 @@ Two checks tell such a file from a complete one:
 
 from __future__ import annotations
 
+import hashlib
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -34,8 +35,18 @@ SOS_HEADER_BYTES = 14  # Ls, Ns, 4 x (Cs, Td/Ta), Ss, Se, Ah/Al
 
 CUT_REASON = ("truncated JPEG (its scan data ends at MCU {done} of {total}; an "
               "end-of-image marker follows the cut)")
+PROBE_REASON = ("truncated JPEG (its decoder needs more scan data than the file holds; an "
+                "end-of-image marker follows the cut)")
 SCANS_REASON = ("truncated JPEG (its progressive scans stop before every coefficient is "
                 "complete; an end-of-image marker follows the cut)")
+
+
+# 61 bytes of entropy data (SHA-256 bytes mod 255: no 0xFF, so never a marker nor a
+# stuffed byte): ``reads_past_end``'s probe. Random bits make some coefficient of the
+# blocks after a cut differ from libjpeg's zero fill, whatever the Huffman tables.
+PROBE = bytes(b % 255 for b in (hashlib.sha256(b"jpegscan probe 1").digest()
+                                + hashlib.sha256(b"jpegscan probe 2").digest()))[:61]
+EOI = b"\xff\xd9"
 
 
 class _Cut(Exception):
@@ -306,3 +317,35 @@ def progressive_scans_complete(contents, sof):
     cover = tf.reduce_any(has[:, :, None] & band[:, None, :], axis=0)  # [4, 64]
     cover = cover | (ids < 0)[:, None]
     return tf.reduce_all(cover) & (nf > 0)
+
+
+def reads_past_end(contents):
+    """In graph: whether libjpeg's entropy decoder needs more data than a JPEG holds
+    (ITU T.81 F.2.2.5: the decoder meets a marker before a scan's last MCU; libjpeg
+    then warns "premature end of data segment" and decodes the rest as zeros).
+
+    The file is decoded twice (``tf.io.decode_jpeg``, full scale, RGB): as it is, and
+    with ``PROBE`` inserted before its last two bytes. When those are the end-of-image
+    marker that closes the last scan's data, a cut file's decoder reads the probe as
+    the data after the cut, so some pixels change; a complete file's decoder has
+    finished its last MCU before the probe (libjpeg skips it with an "extraneous
+    bytes" warning on stderr), so its pixels are the same. A rare path: some 2.2x
+    a decode.
+
+    Args:
+        contents: tf.string scalar, a JPEG that decodes without error.
+
+    Returns:
+        bool scalar: True when the pixels differ. False for a file that does not end
+        with an end-of-image marker (a cut without one fails to decode instead).
+    """
+    size = tf.strings.length(contents)
+    ends = tf.equal(tf.strings.substr(contents, tf.maximum(size - 2, 0), 2), EOI)
+
+    def probe():
+        probed = tf.strings.join([tf.strings.substr(contents, 0, size - 2), PROBE, EOI])
+        a = tf.io.decode_jpeg(contents, channels=3)
+        b = tf.io.decode_jpeg(probed, channels=3)
+        return tf.reduce_any(tf.not_equal(a, b))
+
+    return tf.cond(ends, probe, lambda: tf.constant(False))
