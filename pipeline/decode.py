@@ -516,10 +516,13 @@ def jpeg_sof_offset(contents):
 def _sequential_cut_reason(contents, fallback: bool):
     """The reason (str scalar, "" when whole) of a sequential JPEG cut in its scan with an
     end marker after the cut: ``jpegscan.cut_reason`` in Python (a py_function named
-    ``JPEG_CUT_OP_NAME``); without the Python fallback (tf.data service workers), libjpeg's
-    own answer in graph (``jpegscan.reads_past_end``: two more decodes)."""
+    ``JPEG_CUT_OP_NAME``); without the Python fallback (tf.data service workers), in graph:
+    its restart markers counted (``jpegscan.restarts_short``), then libjpeg's own answer
+    (``jpegscan.reads_past_end``: two more decodes)."""
     if not fallback:
-        return tf.where(jpegscan.reads_past_end(contents), jpegscan.PROBE_REASON, "")
+        cut = jpegscan.restarts_short(contents, jpeg_sof_offset(contents))
+        cut = tf.cond(cut, lambda: tf.constant(True), lambda: jpegscan.reads_past_end(contents))
+        return tf.where(cut, jpegscan.PROBE_REASON, "")
     out = tf.py_function(lambda b: jpegscan.cut_reason(b.numpy()), [contents], tf.string,
                          name=JPEG_CUT_OP_NAME)
     out.set_shape([])

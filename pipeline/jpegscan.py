@@ -349,3 +349,56 @@ def reads_past_end(contents):
         return tf.reduce_any(tf.not_equal(a, b))
 
     return tf.cond(ends, probe, lambda: tf.constant(False))
+
+
+def restarts_short(contents, sof):
+    """In graph: whether a single-scan sequential JPEG with restart intervals has fewer
+    RSTn markers than its MCUs need (T.81 B.2.4.4, E.1.4: one marker after every
+    interval but the last): a cut at an interval's end, which ``reads_past_end`` does
+    not see (libjpeg then skips the probe while it looks for the next RSTn).
+
+    Args:
+        contents: tf.string scalar, the file.
+        sof: int64 scalar, the offset of its SOF marker (``decode.jpeg_sof_offset``).
+
+    Returns:
+        bool scalar: True when a restart interval (DRI before the scan) is set and the
+        markers after the scan header are fewer than ceil(MCUs / interval) - 1; False
+        otherwise (no interval, no scan, headers it cannot read).
+    """
+    size = tf.cast(tf.strings.length(contents), tf.int64)
+    sof = tf.clip_by_value(sof, 0, size)
+    padded = tf.strings.join([contents, bytes(32)])  # reads past the end give zeros
+    raw = lambda pos, n: tf.cast(tf.io.decode_raw(
+        tf.strings.substr(padded, pos, n), tf.uint8, fixed_length=n), tf.int64)
+    frame = raw(sof, 22)
+    height, width, nf = frame[5] * 256 + frame[6], frame[7] * 256 + frame[8], frame[9]
+    hv = tf.stack([frame[11 + 3 * i] for i in range(4)])
+    used = tf.range(4, dtype=tf.int64) < tf.minimum(nf, 4)
+    hs = tf.where(used, tf.bitwise.right_shift(hv, 4), 1)
+    vs = tf.where(used, tf.bitwise.bitwise_and(hv, 15), 1)
+    hmax, vmax = tf.maximum(tf.reduce_max(hs), 1), tf.maximum(tf.reduce_max(vs), 1)
+    after = tf.strings.split(tf.strings.substr(contents, sof, size - sof), sep=b"\xff\xda",
+                             maxsplit=1)
+    sos = sof + tf.cast(tf.strings.length(after[0]), tf.int64)  # the frame's first scan
+    scan = raw(sos, 6)
+    ns, first = scan[4], scan[5]
+    # its DRI: after any embedded JPEG (an EXIF thumbnail's EOI), before the scan
+    head = tf.strings.substr(contents, tf.constant(0, tf.int64), sos)
+    start = sos - tf.cast(tf.strings.length(tf.strings.split(head, sep=EOI)[-1]), tf.int64)
+    dri = tf.strings.split(tf.strings.substr(contents, start, sos - start), sep=b"\xff\xdd")
+    ri = tf.cast(tf.io.decode_raw(tf.strings.substr(tf.strings.join([dri[-1], bytes(4)]), 2, 2), tf.uint8, fixed_length=2),
+                 tf.int64)
+    interval = tf.where(tf.size(dri) > 1, ri[0] * 256 + ri[1], 0)
+    # one component: its own blocks (A.2.2); several: the MCU grid (A.2.3)
+    ids = tf.stack([frame[10 + 3 * i] for i in range(4)])
+    one = tf.reduce_max(tf.where(used & tf.equal(ids, first), tf.range(4, dtype=tf.int64), 0))
+    cw = (width * tf.gather(hs, one) + hmax - 1) // hmax
+    ch = (height * tf.gather(vs, one) + vmax - 1) // vmax
+    mcus = tf.where(tf.equal(ns, 1), ((cw + 7) // 8) * ((ch + 7) // 8),
+                    ((width + 8 * hmax - 1) // (8 * hmax)) * ((height + 8 * vmax - 1) // (8 * vmax)))
+    data = tf.strings.substr(contents, sos, size - sos)[None]
+    markers = tf.add_n([tf.size(tf.raw_ops.StringSplitV2(input=data, sep=bytes([0xFF, m])).values)
+                        - 1 for m in range(0xD0, 0xD8)])
+    need = (mcus + tf.maximum(interval, 1) - 1) // tf.maximum(interval, 1) - 1
+    return (interval > 0) & (sof > 0) & (tf.cast(markers, tf.int64) < need)
