@@ -125,10 +125,10 @@ def _complete():
 COMPLETE = _complete()
 
 
-def _reasons(dec, files):
+def _reasons(dec, files, fn=None):
     """Each file's reason as the pipeline gives it: the decoder's, or the guard's diagnosis
     where the decoder raises."""
-    fn = tf.function(lambda b: dec.decode(b)[1])
+    fn = fn or tf.function(lambda b: dec.decode(b)[1])
     out = {}
     for name, data in files:
         try:
@@ -149,8 +149,15 @@ SERVICE_CUTS = [(n, d) for n, d in CUTS if n.endswith(("_50", "_at_rst"))]
 
 
 @pytest.fixture(scope="module")
-def service_decoded():
-    return _reasons(decode_lib.Decoder(channels=3, fallback=False), SERVICE_CUTS + COMPLETE)
+def service_decoder():
+    """(decoder, its traced reason function), built once for the module."""
+    dec = decode_lib.Decoder(channels=3, fallback=False)
+    return dec, tf.function(lambda b: dec.decode(b)[1])
+
+
+@pytest.fixture(scope="module")
+def service_decoded(service_decoder):
+    return _reasons(*service_decoder, SERVICE_CUTS + COMPLETE)
 
 
 @pytest.mark.parametrize("name", [n for n, _ in SERVICE_CUTS])
@@ -164,17 +171,16 @@ def test_complete_jpeg_is_good_on_service_workers(service_decoded, name):
 
 
 @pytest.mark.slow
-def test_every_cut_is_named_truncated_on_service_workers():
-    reasons = _reasons(decode_lib.Decoder(channels=3, fallback=False), CUTS)
+def test_every_cut_is_named_truncated_on_service_workers(service_decoder):
+    reasons = _reasons(*service_decoder, CUTS)
     missed = {n: r for n, r in reasons.items() if not r.startswith("truncated JPEG")}
     assert missed == {}
 
 
-def test_service_decoder_graph_runs_no_python():
+def test_service_decoder_graph_runs_no_python(service_decoder):
     """The check service workers run is all graph ops: no py_function anywhere in the
     decode's graph or the functions it calls."""
-    dec = decode_lib.Decoder(channels=3, fallback=False)
-    graph = tf.function(lambda b: dec.decode(b)[1]).get_concrete_function(
+    graph = service_decoder[1].get_concrete_function(
         tf.TensorSpec([], tf.string)).graph.as_graph_def()
     ops = {n.op for n in graph.node} | {n.op for f in graph.library.function
                                         for n in f.node_def}
