@@ -157,7 +157,8 @@ def service_decoder():
 
 @pytest.fixture(scope="module")
 def service_decoded(service_decoder):
-    return _reasons(*service_decoder, SERVICE_CUTS + COMPLETE)
+    dec, fn = service_decoder
+    return _reasons(dec, SERVICE_CUTS + COMPLETE, fn)
 
 
 @pytest.mark.parametrize("name", [n for n, _ in SERVICE_CUTS])
@@ -172,7 +173,8 @@ def test_complete_jpeg_is_good_on_service_workers(service_decoded, name):
 
 @pytest.mark.slow
 def test_every_cut_is_named_truncated_on_service_workers(service_decoder):
-    reasons = _reasons(*service_decoder, CUTS)
+    dec, fn = service_decoder
+    reasons = _reasons(dec, CUTS, fn)
     missed = {n: r for n, r in reasons.items() if not r.startswith("truncated JPEG")}
     assert missed == {}
 
@@ -186,6 +188,21 @@ def test_service_decoder_graph_runs_no_python(service_decoder):
                                         for n in f.node_def}
     assert "DecodeJpeg" in ops
     assert not ops & {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
+
+
+@pytest.mark.parametrize("target", [None, (24, 24)])
+def test_progressive_cut_in_last_scan_is_named_through_a_window(target):
+    """The progressive checks read the file, not the pixels: a window in the image's top
+    left (decoded only there; reduced-DCT with a target) still names the cut."""
+    dec = decode_lib.Decoder(channels=3)
+    window = lambda shape: tf.constant([0, 0, 48, 48])
+    cut = dict(CUTS)["progressive_420_last_scan_95"]
+    out = dec.decode(tf.constant(cut), window_fn=window, target=target,
+                     with_box=target is not None)
+    assert out[1].numpy().decode() == jpegscan.PROBE_REASON
+    good = dec.decode(tf.constant(dict(COMPLETE)["progressive_420_complete"]),
+                      window_fn=window, target=target, with_box=target is not None)
+    assert good[1].numpy().decode() == ""
 
 
 def test_probe_reads_past_end_of_cut_files_only():
