@@ -18,6 +18,20 @@ Two checks tell such a file from a complete one:
   intervals included, and names the MCU where the data ends before the image
   does. The decoder asks for it only when a corner of the decoded image is
   mid-gray (``pipeline.decode``), the mark a cut leaves there.
+* ``reads_past_end`` (in graph, two full decodes: a rare path): libjpeg's own
+  answer to its warning's condition, whether its entropy decoder wants more
+  bits than the scan holds. The file is decoded as it is and again with
+  ``PROBE`` (entropy data, no marker) put before its final end-of-image
+  marker: a complete file's decoder never reads those bytes (they follow its
+  last scan's data; libjpeg skips them, warning "Corrupt JPEG data: 61
+  extraneous bytes before marker 0xd9"), a cut one decodes them in place of
+  the zero fill, so its pixels change. It covers what the walk does not: a
+  progressive JPEG cut inside its last scan (every scan header present), and
+  tf.data service workers (no Python).
+* ``restarts_short`` (in graph, a few byte splits): a file with restart
+  intervals holds one RSTn marker after each interval but the last; a cut
+  right at an interval's end (which the probe does not see: libjpeg skips it
+  while it looks for that marker) leaves fewer. Used where Python is not.
 """
 
 from __future__ import annotations
