@@ -524,9 +524,13 @@ def jpeg_sof_offset(contents):
 def _sequential_cut_reason(contents, fallback: bool):
     """The reason (str scalar, "" when whole) of a sequential JPEG cut in its scan with an
     end marker after the cut: ``jpegscan.cut_reason`` in Python (a py_function named
-    ``JPEG_CUT_OP_NAME``); "" without the Python fallback (tf.data service workers)."""
+    ``JPEG_CUT_OP_NAME``); without the Python fallback (tf.data service workers), in graph:
+    its restart markers counted (``jpegscan.restarts_short``), then libjpeg's own answer
+    (``jpegscan.reads_past_end``: two more decodes)."""
     if not fallback:
-        return tf.constant("")
+        cut = jpegscan.restarts_short(contents, jpeg_sof_offset(contents))
+        cut = tf.cond(cut, lambda: tf.constant(True), lambda: jpegscan.reads_past_end(contents))
+        return tf.where(cut, jpegscan.PROBE_REASON, "")
     out = tf.py_function(lambda b: jpegscan.cut_reason(b.numpy()), [contents], tf.string,
                          name=JPEG_CUT_OP_NAME)
     out.set_shape([])
@@ -537,15 +541,18 @@ def _sequential_cut_reason(contents, fallback: bool):
 def _progressive_cut_reason(fallback: bool):
     """``Decoder._jpeg_cut``'s rare path for a JPEG with several SOS markers, traced once per
     process: ``f(contents, mid_gray) -> reason`` (str scalar, "" when whole). A progressive
-    file's scan headers are checked in graph (``jpegscan.progressive_scans_complete``);
-    another (an EXIF thumbnail's scan) is checked as sequential when a corner is mid-gray."""
+    file's scan headers are checked in graph (``jpegscan.progressive_scans_complete``), and
+    when they are all there, its last scan's data (``jpegscan.reads_past_end``: two more
+    decodes); another (an EXIF thumbnail's scan) is checked as sequential when a corner
+    is mid-gray."""
     @stack.traced_once(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.bool))
     def reason(contents, mid_gray):
         sof = jpeg_sof_offset(contents)
         marker = bytes_at(contents, sof + 1, 1)[0]
         is_prog = (sof >= 0) & tf.reduce_any(tf.equal(marker, jpegscan.PROGRESSIVE_SOF))
-        short = lambda: tf.where(jpegscan.progressive_scans_complete(contents, sof), "",
-                                 jpegscan.SCANS_REASON)
+        last = lambda: tf.where(jpegscan.reads_past_end(contents), jpegscan.PROBE_REASON, "")
+        short = lambda: tf.cond(jpegscan.progressive_scans_complete(contents, sof), last,
+                                lambda: tf.constant(jpegscan.SCANS_REASON))
         # several SOS but not progressive (an EXIF thumbnail's scan): sequential
         other = lambda: tf.cond(mid_gray, lambda: _sequential_cut_reason(contents, fallback),
                                 lambda: tf.constant(""))
@@ -1482,8 +1489,11 @@ class Decoder:
         1,478 µs per image): a decode inside a function call costs some 450 µs
         more than the same decode inline, so only refused and rotated files
         (0.3% of the sample) decode there; the 31% whose EXIF segments must be
-        walked make a small call that returns the orientation."""
-        h, w, _ = tf.unstack(tf.cast(tf.image.extract_jpeg_shape(contents), tf.int64), num=3)
+        walked make a small call that returns the orientation.
+
+        Returns the branch's (image, reason[, box]) and, last, the frame's
+        component count (int32 scalar, for ``_jpeg_cut``)."""
+        h, w, comps = tf.unstack(tf.cast(tf.image.extract_jpeg_shape(contents), tf.int64), num=3)
         too_big = h * w > self.max_pixels
         special = too_big
         o = tf.constant(1, tf.int32)
@@ -1502,26 +1512,32 @@ class Decoder:
 
         out = tf.cond(special, rare, fast)
         out[0].set_shape([None, None, self.channels])
-        return out
+        return tuple(out) + (tf.cast(comps, tf.int32),)
 
-    def _jpeg_cut(self, contents, img, reason):
+    def _jpeg_cut(self, contents, img, reason, components):
         """The reason of a JPEG cut inside its scan data with an end-of-image
         marker after the cut (it decodes without error; ``pipeline.jpegscan``),
         or ``reason`` as it was. Hot path: four corner pixels compared with
         mid-gray (a cut sequential JPEG decodes as level 128 from the cut on)
         and one byte split counting SOS markers (a progressive JPEG has
-        several). Rare paths: a progressive file's scan headers checked in
-        graph (``jpegscan.progressive_scans_complete``); a file with a mid-gray
-        corner (4 of the 1,000 sample photos) walked in Python
-        (``jpegscan.cut_reason``, about 0.1 s for a 500x375 photo, a
-        py_function named ``JPEG_CUT_OP_NAME``; not on tf.data service workers,
-        where such a sequential file is not checked)."""
+        several). ``components`` (int32 scalar, the frame's, 4 for Adobe
+        CMYK / YCCK) gives the level of that fill. Rare paths: a progressive
+        file's scan headers checked in graph
+        (``jpegscan.progressive_scans_complete``), then whether its decoder
+        reads past its data (``jpegscan.reads_past_end``, two decodes: a cut
+        inside the last scan); a file with a mid-gray corner (4 of the 1,000
+        sample photos) walked in Python (``jpegscan.cut_reason``, about 0.1 s
+        for a 500x375 photo, a py_function named ``JPEG_CUT_OP_NAME``; on
+        tf.data service workers, ``reads_past_end`` instead)."""
         c = min(self.channels, 3)
         last = tf.maximum(tf.shape(img)[:2] - 1, 0)
         corners = tf.gather_nd(img, tf.stack([last * 0, [0, last[1]], [last[0], 0], last]))
-        # 127: rgb_to_grayscale of (128, 128, 128) with channels=1
+        # zero coefficients: level 128 (127: rgb_to_grayscale of (128, 128, 128) with
+        # channels=1); a 4-component (Adobe CMYK / YCCK) file's 128s are (64, 64, 64) once
+        # TensorFlow converts them to RGB (R = C K / 255), 63 for YCCK
+        top = tf.where(tf.equal(components, 4), tf.constant(64, tf.uint8), 128)
         corners = corners[:, :c]
-        mid_gray = tf.reduce_any(tf.reduce_all((corners >= 127) & (corners <= 128), axis=1))
+        mid_gray = tf.reduce_any(tf.reduce_all((corners >= top - 1) & (corners <= top), axis=1))
         mid_gray = mid_gray & (tf.size(img) > c)
         # the split op alone: ``tf.strings.split`` builds a RaggedTensor (some 60 ops)
         scans = tf.size(tf.raw_ops.StringSplitV2(input=contents[None], sep=b"\xff\xda").values) - 1
@@ -1584,7 +1600,7 @@ class Decoder:
 
         def jpeg():  # (image, reason[, box], shape)
             out = self._jpeg_path(contents, words, window_fn, target)
-            return (out[0], self._jpeg_cut(contents, out[0], out[1])) + tuple(out[2:])
+            return (out[0], self._jpeg_cut(contents, out[0], out[1], out[-1])) + tuple(out[2:-1])
 
         def others():
             if not self.others_in_graph and not tf.executing_eagerly():

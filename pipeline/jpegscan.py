@@ -18,10 +18,25 @@ Two checks tell such a file from a complete one:
   intervals included, and names the MCU where the data ends before the image
   does. The decoder asks for it only when a corner of the decoded image is
   mid-gray (``pipeline.decode``), the mark a cut leaves there.
+* ``reads_past_end`` (in graph, two full decodes: a rare path): libjpeg's own
+  answer to its warning's condition, whether its entropy decoder wants more
+  bits than the scan holds. The file is decoded as it is and again with
+  ``PROBE`` (entropy data, no marker) put before its final end-of-image
+  marker: a complete file's decoder never reads those bytes (they follow its
+  last scan's data; libjpeg skips them, warning "Corrupt JPEG data: 61
+  extraneous bytes before marker 0xd9"), a cut one decodes them in place of
+  the zero fill, so its pixels change. It covers what the walk does not: a
+  progressive JPEG cut inside its last scan (every scan header present), and
+  tf.data service workers (no Python).
+* ``restarts_short`` (in graph, a few byte splits): a file with restart
+  intervals holds one RSTn marker after each interval but the last; a cut
+  right at an interval's end (which the probe does not see: libjpeg skips it
+  while it looks for that marker) leaves fewer. Used where Python is not.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -34,8 +49,18 @@ SOS_HEADER_BYTES = 14  # Ls, Ns, 4 x (Cs, Td/Ta), Ss, Se, Ah/Al
 
 CUT_REASON = ("truncated JPEG (its scan data ends at MCU {done} of {total}; an "
               "end-of-image marker follows the cut)")
+PROBE_REASON = ("truncated JPEG (its decoder needs more scan data than the file holds; an "
+                "end-of-image marker follows the cut)")
 SCANS_REASON = ("truncated JPEG (its progressive scans stop before every coefficient is "
                 "complete; an end-of-image marker follows the cut)")
+
+
+# 61 bytes of entropy data (SHA-256 bytes mod 255: no 0xFF, so never a marker nor a
+# stuffed byte): ``reads_past_end``'s probe. Random bits make some coefficient of the
+# blocks after a cut differ from libjpeg's zero fill, whatever the Huffman tables.
+PROBE = bytes(b % 255 for b in (hashlib.sha256(b"jpegscan probe 1").digest()
+                                + hashlib.sha256(b"jpegscan probe 2").digest()))[:61]
+EOI = b"\xff\xd9"
 
 
 class _Cut(Exception):
@@ -306,3 +331,88 @@ def progressive_scans_complete(contents, sof):
     cover = tf.reduce_any(has[:, :, None] & band[:, None, :], axis=0)  # [4, 64]
     cover = cover | (ids < 0)[:, None]
     return tf.reduce_all(cover) & (nf > 0)
+
+
+def reads_past_end(contents):
+    """In graph: whether libjpeg's entropy decoder needs more data than a JPEG holds
+    (ITU T.81 F.2.2.5: the decoder meets a marker before a scan's last MCU; libjpeg
+    then warns "premature end of data segment" and decodes the rest as zeros).
+
+    The file is decoded twice (``tf.io.decode_jpeg``, full scale, RGB): as it is, and
+    with ``PROBE`` inserted before its last two bytes. When those are the end-of-image
+    marker that closes the last scan's data, a cut file's decoder reads the probe as
+    the data after the cut, so some pixels change; a complete file's decoder has
+    finished its last MCU before the probe (libjpeg skips it with an "extraneous
+    bytes" warning on stderr), so its pixels are the same. A rare path: some 2.2x
+    a decode.
+
+    Args:
+        contents: tf.string scalar, a JPEG that decodes without error.
+
+    Returns:
+        bool scalar: True when the pixels differ. False for a file that does not end
+        with an end-of-image marker (a cut without one fails to decode instead).
+    """
+    size = tf.strings.length(contents)
+    ends = tf.equal(tf.strings.substr(contents, tf.maximum(size - 2, 0), 2), EOI)
+
+    def probe():
+        probed = tf.strings.join([tf.strings.substr(contents, 0, size - 2), PROBE, EOI])
+        a = tf.io.decode_jpeg(contents, channels=3)
+        b = tf.io.decode_jpeg(probed, channels=3)
+        return tf.reduce_any(tf.not_equal(a, b))
+
+    return tf.cond(ends, probe, lambda: tf.constant(False))
+
+
+def restarts_short(contents, sof):
+    """In graph: whether a single-scan sequential JPEG with restart intervals has fewer
+    RSTn markers than its MCUs need (T.81 B.2.4.4, E.1.4: one marker after every
+    interval but the last): a cut at an interval's end, which ``reads_past_end`` does
+    not see (libjpeg then skips the probe while it looks for the next RSTn).
+
+    Args:
+        contents: tf.string scalar, the file.
+        sof: int64 scalar, the offset of its SOF marker (``decode.jpeg_sof_offset``).
+
+    Returns:
+        bool scalar: True when a restart interval (DRI before the scan) is set and the
+        markers after the scan header are fewer than ceil(MCUs / interval) - 1; False
+        otherwise (no interval, no scan, headers it cannot read).
+    """
+    size = tf.cast(tf.strings.length(contents), tf.int64)
+    sof = tf.clip_by_value(sof, 0, size)
+    padded = tf.strings.join([contents, bytes(32)])  # reads past the end give zeros
+    raw = lambda pos, n: tf.cast(tf.io.decode_raw(
+        tf.strings.substr(padded, pos, n), tf.uint8, fixed_length=n), tf.int64)
+    frame = raw(sof, 22)
+    height, width, nf = frame[5] * 256 + frame[6], frame[7] * 256 + frame[8], frame[9]
+    hv = tf.stack([frame[11 + 3 * i] for i in range(4)])
+    used = tf.range(4, dtype=tf.int64) < tf.minimum(nf, 4)
+    hs = tf.where(used, tf.bitwise.right_shift(hv, 4), 1)
+    vs = tf.where(used, tf.bitwise.bitwise_and(hv, 15), 1)
+    hmax, vmax = tf.maximum(tf.reduce_max(hs), 1), tf.maximum(tf.reduce_max(vs), 1)
+    after = tf.strings.split(tf.strings.substr(contents, sof, size - sof), sep=b"\xff\xda",
+                             maxsplit=1)
+    sos = sof + tf.cast(tf.strings.length(after[0]), tf.int64)  # the frame's first scan
+    scan = raw(sos, 6)
+    ns, first = scan[4], scan[5]
+    # its DRI: after any embedded JPEG (an EXIF thumbnail's EOI), before the scan
+    head = tf.strings.substr(contents, tf.constant(0, tf.int64), sos)
+    start = sos - tf.cast(tf.strings.length(tf.strings.split(head, sep=EOI)[-1]), tf.int64)
+    dri = tf.strings.split(tf.strings.substr(contents, start, sos - start), sep=b"\xff\xdd")
+    ri = tf.cast(tf.io.decode_raw(tf.strings.substr(tf.strings.join([dri[-1], bytes(4)]), 2, 2), tf.uint8, fixed_length=2),
+                 tf.int64)
+    interval = tf.where(tf.size(dri) > 1, ri[0] * 256 + ri[1], 0)
+    # one component: its own blocks (A.2.2); several: the MCU grid (A.2.3)
+    ids = tf.stack([frame[10 + 3 * i] for i in range(4)])
+    one = tf.reduce_max(tf.where(used & tf.equal(ids, first), tf.range(4, dtype=tf.int64), 0))
+    cw = (width * tf.gather(hs, one) + hmax - 1) // hmax
+    ch = (height * tf.gather(vs, one) + vmax - 1) // vmax
+    mcus = tf.where(tf.equal(ns, 1), ((cw + 7) // 8) * ((ch + 7) // 8),
+                    ((width + 8 * hmax - 1) // (8 * hmax)) * ((height + 8 * vmax - 1) // (8 * vmax)))
+    data = tf.strings.substr(contents, sos, size - sos)[None]
+    markers = tf.add_n([tf.size(tf.raw_ops.StringSplitV2(input=data, sep=bytes([0xFF, m])).values)
+                        - 1 for m in range(0xD0, 0xD8)])
+    need = (mcus + tf.maximum(interval, 1) - 1) // tf.maximum(interval, 1) - 1
+    return (interval > 0) & (sof > 0) & (tf.cast(markers, tf.int64) < need)

@@ -38,14 +38,20 @@ ENCODINGS = {
     "progressive_420": dict(quality=90, progressive=True),
     "progressive_444": dict(quality=90, progressive=True, subsampling=0),
     "progressive_gray": dict(quality=90, progressive=True, mode="L"),
+    "cmyk": dict(quality=90, mode="CMYK"),  # Adobe, 4 components
+    "progressive_cmyk": dict(quality=90, progressive=True, mode="CMYK"),
 }
 FRACTIONS = (0.02, 0.15, 0.3, 0.5, 0.7, 0.85, 0.97)
+LAST_SCAN_FRACTIONS = (0.05, 0.5, 0.95)  # progressive: cuts inside the last scan
 
 
 def _encode(kw, arr=None):
     kw = dict(kw)
     mode = kw.pop("mode", "RGB")
-    im = Image.fromarray(_texture() if arr is None else arr).convert(mode)
+    if arr is None and mode == "CMYK":  # every plane textured (Pillow's RGB -> CMYK has K = 0)
+        arr = np.concatenate([_texture(), _texture(seed=5)[..., :1]], -1)
+    im = Image.fromarray(_texture() if arr is None else arr)
+    im = im.convert(mode) if im.mode != "CMYK" else im
     buf = io.BytesIO()
     im.save(buf, "JPEG", **kw)
     return buf.getvalue()
@@ -62,9 +68,9 @@ def _scan_starts(data: bytes):
 
 
 def _cuts():
-    """(name, bytes, whether the cut must be reported): cuts at fractions of the scan data,
-    an EOI appended; for progressive files, cuts before the last scan (see
-    docs/limitations.md for a cut inside the last one)."""
+    """(name, bytes): cuts at fractions of the scan data, an EOI appended; for progressive
+    files, cuts before the last scan (some scan header missing) and inside it (every
+    scan header there)."""
     out = []
     for enc, kw in ENCODINGS.items():
         data = _encode(kw)
@@ -83,6 +89,10 @@ def _cuts():
             out.append((f"{enc}_before_rst", data[:rst] + EOI))
         if enc.startswith("progressive"):  # between two scans: fewer scans than the script
             out.append((f"{enc}_between_scans", data[:starts[len(starts) // 2]] + EOI))
+            begin = last + 2 + data[last + 2] * 256 + data[last + 3]  # after its header
+            for fr in LAST_SCAN_FRACTIONS if end - begin >= 16 else ():  # data to cut
+                cut = begin + 1 + int((end - begin - 2) * fr)
+                out.append((f"{enc}_last_scan_{int(fr * 100)}", data[:cut] + EOI))
     return out
 
 
@@ -96,6 +106,8 @@ def _complete():
     gray = np.full((40, 56, 3), 128, np.uint8)
     for enc in ("baseline_420", "restart_blocks", "progressive_420", "baseline_gray"):
         out.append((f"{enc}_midgray", _encode(ENCODINGS[enc], gray)))
+    # a CMYK file whose every pixel is the level a 4-component file's zero fill decodes to
+    out.append(("cmyk_fill_level", _encode(dict(quality=90), np.full((40, 56, 4), 128, np.uint8))))
     corner = _texture()
     corner[-16:, -16:] = 128
     out.append(("baseline_gray_corner", _encode(ENCODINGS["baseline_420"], corner)))
@@ -113,19 +125,97 @@ def _complete():
 COMPLETE = _complete()
 
 
-@pytest.fixture(scope="module")
-def decoded():
+def _reasons(dec, files, fn=None):
     """Each file's reason as the pipeline gives it: the decoder's, or the guard's diagnosis
     where the decoder raises."""
-    dec = decode_lib.Decoder(channels=3)
-    fn = tf.function(lambda b: dec.decode(b)[1])
+    fn = fn or tf.function(lambda b: dec.decode(b)[1])
     out = {}
-    for name, data in CUTS + COMPLETE:
+    for name, data in files:
         try:
             out[name] = fn(tf.constant(data)).numpy().decode()
         except tf.errors.InvalidArgumentError:
             out[name] = guard.diagnose(data, "", dec.decode, lambda x: x)
     return out
+
+
+@pytest.fixture(scope="module")
+def decoded():
+    return _reasons(decode_lib.Decoder(channels=3), CUTS + COMPLETE)
+
+
+# A tf.data service worker's decoder (no Python: ``fallback=False``): one cut of each
+# encoding and kind, and every complete file (the whole sweep: the slow test below).
+SERVICE_CUTS = [(n, d) for n, d in CUTS if n.endswith(("_50", "_at_rst"))]
+
+
+@pytest.fixture(scope="module")
+def service_decoder():
+    """(decoder, its traced reason function), built once for the module."""
+    dec = decode_lib.Decoder(channels=3, fallback=False)
+    return dec, tf.function(lambda b: dec.decode(b)[1])
+
+
+@pytest.fixture(scope="module")
+def service_decoded(service_decoder):
+    dec, fn = service_decoder
+    return _reasons(dec, SERVICE_CUTS + COMPLETE, fn)
+
+
+@pytest.mark.parametrize("name", [n for n, _ in SERVICE_CUTS])
+def test_cut_is_named_truncated_on_service_workers(service_decoded, name):
+    assert service_decoded[name].startswith("truncated JPEG"), service_decoded[name]
+
+
+@pytest.mark.parametrize("name", [n for n, _ in COMPLETE])
+def test_complete_jpeg_is_good_on_service_workers(service_decoded, name):
+    assert service_decoded[name] == ""
+
+
+@pytest.mark.slow
+def test_every_cut_is_named_truncated_on_service_workers(service_decoder):
+    dec, fn = service_decoder
+    reasons = _reasons(dec, CUTS, fn)
+    missed = {n: r for n, r in reasons.items() if not r.startswith("truncated JPEG")}
+    assert missed == {}
+
+
+def test_service_decoder_graph_runs_no_python(service_decoder):
+    """The check service workers run is all graph ops: no py_function anywhere in the
+    decode's graph or the functions it calls."""
+    graph = service_decoder[1].get_concrete_function(
+        tf.TensorSpec([], tf.string)).graph.as_graph_def()
+    ops = {n.op for n in graph.node} | {n.op for f in graph.library.function
+                                        for n in f.node_def}
+    assert "DecodeJpeg" in ops
+    assert not ops & {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
+
+
+@pytest.mark.parametrize("target", [None, (24, 24)])
+def test_progressive_cut_in_last_scan_is_named_through_a_window(target):
+    """The progressive checks read the file, not the pixels: a window in the image's top
+    left (decoded only there; reduced-DCT with a target) still names the cut."""
+    dec = decode_lib.Decoder(channels=3)
+    window = lambda shape: tf.constant([0, 0, 48, 48])
+    cut = dict(CUTS)["progressive_420_last_scan_95"]
+    out = dec.decode(tf.constant(cut), window_fn=window, target=target,
+                     with_box=target is not None)
+    assert out[1].numpy().decode() == jpegscan.PROBE_REASON
+    good = dec.decode(tf.constant(dict(COMPLETE)["progressive_420_complete"]),
+                      window_fn=window, target=target, with_box=target is not None)
+    assert good[1].numpy().decode() == ""
+
+
+def test_probe_reads_past_end_of_cut_files_only():
+    """``reads_past_end``: True for cuts (sequential, progressive inside its last scan,
+    CMYK), False for complete files and for a cut with no end-of-image marker."""
+    probe = tf.function(jpegscan.reads_past_end)
+    cuts = dict(CUTS)
+    for name in ("baseline_420_85", "progressive_444_last_scan_95", "cmyk_30",
+                 "restart_rows_at_rst", "progressive_gray_last_scan_5"):
+        assert bool(probe(tf.constant(cuts[name]))), name
+    for name, data in COMPLETE:
+        assert not bool(probe(tf.constant(data))), name
+    assert not bool(probe(tf.constant(cuts["baseline_420_50"][:-2])))
 
 
 @pytest.mark.parametrize("name", [n for n, _ in CUTS])
