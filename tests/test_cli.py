@@ -1439,6 +1439,22 @@ def _bench_result(name, ips):
     return dict(r, runs=[dict(r)])
 
 
+def test_bench_names_each_peers_reason_when_pipeline_fails_too(tmp_path, monkeypatch):
+    """Found by a fresh-eyes user: on a folder with a bad file, pipeline and keras both failed,
+    and the output gave pipeline's reason only (keras' row said FAILED, no reason)."""
+    from conftest import solid
+    for i in range(6):
+        solid(str(tmp_path / "d" / "a" / f"{i}.png"), i)
+    monkeypatch.setattr(bench, "run_candidates", lambda names, spec, **kw: {
+        "pipeline": {"name": "pipeline", "error": "InvalidArgumentError: d/a/x.jpg: bad"},
+        "keras": {"name": "keras", "error": "Traceback...\nValueError: keras saw x.jpg"}})
+    code, out, err = run_cli("bench", f"--data_dir={tmp_path / 'd'}", "--batch_size=2",
+                             "--compare=keras", "--noprogress", "--repeats=1", "--verbosity=0")
+    assert code == 1, (out, err)
+    assert "keras FAILED: ValueError: keras saw x.jpg\n" in out
+    assert "d/a/x.jpg: bad" in out + err
+
+
 def test_bench_exits_1_when_a_candidate_fails_and_logs_plain_lines(tmp_path, monkeypatch):
     """A peer that failed (keras on --seed=5000000000) left bench's exit status 0; and the CLI's
     log lines carried absl's prefix (`I1201 05:06:07.481984 139948949977984 cli.py:495]`)."""

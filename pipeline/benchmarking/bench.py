@@ -223,6 +223,13 @@ def header(num_files: int, folder: str, size: Sequence[int], batch_size: int, ep
             f"repeats={repeats} (alternated), {os.cpu_count()} CPUs")
 
 
+def _print_failed_peers(results, names):
+    """One line per peer (``names[1:]``) that failed: its name and its reason's last line."""
+    for n in names[1:]:
+        if "error" in results.get(n, {}):
+            print(f"{n} FAILED: {(results[n]['error'].strip().splitlines() or [''])[-1]}")
+
+
 def run(data_dir: Optional[str] = None, *, image_size=(224, 224), batch_size: int = 64,
         sample_images: int = 512, on_error: str = "raise", plan: bool = False,
         profile: bool = False, progress: bool = True, **options) -> dict:
@@ -304,6 +311,7 @@ def run(data_dir: Optional[str] = None, *, image_size=(224, 224), batch_size: in
     main = results["pipeline"]
     if not harness.ok(main):
         print(harness.format_table(results))
+        _print_failed_peers(results, names)
         raise PipelineFailed(f"pipeline failed: {main.get('error', '')}")
     unmeasured = [k for k in FIGURES if not isinstance(main.get(k), (int, float))
                   or not math.isfinite(main[k])]
@@ -313,9 +321,7 @@ def run(data_dir: Optional[str] = None, *, image_size=(224, 224), batch_size: in
             f" of the {len(idx)} images per epoch (the others were bad files, "
             f"on_error={on_error}), so "))
     print(harness.format_table(results))
-    for n in names[1:]:
-        if "error" in results[n]:
-            print(f"{n} FAILED: {(results[n]['error'].strip().splitlines() or [''])[-1]}")
+    _print_failed_peers(results, names)
     print()
     for line in harness.headline(results, "pipeline", names[1:], max_spread=o["max_spread"]):
         print(line)
