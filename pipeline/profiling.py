@@ -347,6 +347,241 @@ def _check_pos_int(name, v, minimum=1):
     return v
 
 
+def _check_profile_args(num_elements, warmup, target_images_per_sec, model_steps,
+                        extra_map, profile_batches):
+    _check_pos_int("num_elements", num_elements)
+    _check_pos_int("warmup", warmup, 0)
+    _check_pos_int("model_steps", model_steps)
+    _check_pos_int("profile_batches", profile_batches)
+    if target_images_per_sec is not None and (
+            isinstance(target_images_per_sec, bool)
+            or not isinstance(target_images_per_sec, (int, float))
+            or not target_images_per_sec > 0):
+        raise ValueError("`target_images_per_sec` must be a number > 0 or None. "
+                         f"{checks.received('target_images_per_sec', target_images_per_sec)}")
+    if extra_map is not None and not callable(extra_map):
+        raise ValueError(f"`extra_map` must be a callable image -> image. "
+                         f"{checks.received('extra_map', extra_map)}")
+
+
+def _profiled_dataset(source, options):
+    """(the dataset, its ``assemble.built`` record) for ``profile``'s ``source``."""
+    if isinstance(source, tf.data.Dataset):
+        if options:
+            raise ValueError("Factory options are taken from the dataset; pass them only with "
+                             f"a directory or paths. Received: {sorted(options)}")
+        ds = source
+    elif isinstance(source, (str, os.PathLike)):
+        ds = sources.from_directory(os.fspath(source), **options)
+    elif isinstance(source, (list, tuple)):
+        ds = sources.from_paths(list(source), **options)
+    else:
+        raise ValueError("`source` must be a pipeline dataset, a directory or a list of "
+                         f"paths. {checks.received('source', source)}")
+    if isinstance(ds, tuple):
+        raise ValueError("`subset='both'` gives two datasets; profile one of them. "
+                         f"{checks.received('subset', 'both')}")
+    try:
+        b = assemble.built(ds)
+    except ValueError:
+        raise ValueError("`source` must be a dataset returned by a pipeline factory (it "
+                         "carries its file index and options); after .map/.take these are "
+                         f"lost. Received: source={source!r}") from None
+    if b.index is None:
+        raise ValueError("`source` read from TFRecord shards: profile the folder they were "
+                         f"written from instead. Received: source={source!r}")
+    return ds, b
+
+
+def _timing_base(idx, opts, decoder, total: int) -> tf.data.Dataset:
+    """Endless (path, 0, seed pair) elements over the first ``total`` good files that decode.
+
+    Untimed pass: every sampled file is read (timings are then of warm,
+    page-cached reads) and decoded once; files whose decoder fails are left
+    out of the stage timings, which would otherwise never end on them.
+    """
+    good = [p for k, p in enumerate(idx.paths) if k not in idx.errors]
+    if not good:
+        raise ValueError(f"No good files to profile: all {len(idx)} are bad at index time.")
+    sample = tf.data.Dataset.from_tensor_slices(read_lib.path_bytes(good[:total])).map(
+        assemble.graph_fn(lambda p: (p, tf.shape(decoder.decode(tf.io.read_file(p))[0])[0])),
+        num_parallel_calls=opts.parallelism).ignore_errors()
+    paths = [p for p, _ in sample.as_numpy_iterator()]  # bytes, as the file system holds them
+    if not paths:
+        raise ValueError(f"No file of the {min(total, len(good))} sampled decodes; see "
+                         "pipeline.scan for the reasons.")
+    base = tf.data.Dataset.from_tensor_slices((tf.constant(read_lib.path_bytes(paths)),
+                                               tf.zeros([len(paths)], tf.int32)))
+    return tf.data.Dataset.zip(base.repeat(), tf.data.Dataset.random(seed=0).batch(2)).map(
+        lambda pe, s: (pe[0], pe[1], s))
+
+
+def _stage_fns(decoder, opts, extra_map) -> list:
+    """(name, fn) of each stage, in pipeline order: read and decode take (path, e, seed),
+    the later ones (image, path, e, seed).
+
+    Each stage is traced once (the guarded decoder is costly to trace) and
+    called by every prefix that contains it.
+    """
+    def stage(fn):
+        return tf.function(fn, autograph=False, reduce_retracing=True)
+
+    read_op = stage(lambda p: tf.io.read_file(p))
+    decode_op = stage(lambda p, e: decoder.decode(tf.io.read_file(p))[0])
+    stage_fns = [("read", lambda p, e, s: read_op(p)),
+                 ("decode", lambda p, e, s: decode_op(p, e))]
+    if opts.image_size is not None:
+        resize_op = stage(lambda img: transform.resize(
+            img, opts.image_size, opts.resize, opts.interpolation))
+        stage_fns.append(("resize", lambda img, p, e, s: resize_op(img)))
+    if opts.augment is not None:
+        augment_op = stage(opts.augment.__call__)
+        stage_fns.append(("augment", lambda img, p, e, s: augment_op(img, s)))
+    if extra_map is not None:
+        name = getattr(extra_map, "__name__", "extra_map")
+        name = "extra_map" if name == "<lambda>" else name
+        extra_op = stage(extra_map)
+        stage_fns.append((name, lambda img, p, e, s: extra_op(img)))
+    return stage_fns
+
+
+_PREFIX_SIGNATURE = (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int32),
+                     tf.TensorSpec([2], tf.int64))
+
+
+def _prefix_fn(stage_fns, k):
+    """The stages 0..k as one function of (path, e, seed).
+
+    Traced once, shared by the single-threaded and the parallel datasets.
+    """
+    @tf.function(input_signature=_PREFIX_SIGNATURE, autograph=False)
+    def fn(p, e, s):
+        x = stage_fns[min(k, 1)][1](p, e, s)  # read, or read+decode
+        for _, f in stage_fns[2:k + 1]:
+            x = f(x, p, e, s)
+        return x
+    return fn
+
+
+def _time_prefix(make, n, warmup, per_element, opts, parallel_stages):
+    """(single-threaded CPU ms per image, parallel images/s or NaN) of ``make(calls)``:
+    the timed dataset with a map of ``num_parallel_calls=calls`` (None: sequential),
+    ``per_element`` images in each element."""
+    _, cpu, got = _time_reduce(_single_thread(make(None)), n, warmup)
+    cum = 1000.0 * cpu / (got * per_element)
+    ips = float("nan")
+    if parallel_stages:
+        wall, _, got = _time_reduce(_parallel(make(opts.parallelism), opts.autotune),
+                                    n, warmup)
+        ips = got * per_element / wall
+    return cum, ips
+
+
+def _measure_stages(base, stage_fns, opts, num_elements, warmup, parallel_stages):
+    """(name, prefix ms/image, prefix images/s) of every prefix, then of batch + dtype."""
+    def mapped(fn, calls):
+        return base.map(fn, num_parallel_calls=calls,
+                        deterministic=False if calls else None).ignore_errors()
+
+    measured = []
+    for k, (name, _) in enumerate(stage_fns):
+        fn = _prefix_fn(stage_fns, k)
+        # A file whose decoder fails drops out of the stage timings (they
+        # count decoded images); the end-to-end figure uses the dataset
+        # itself, with its on_error policy.
+        make = lambda calls, fn=fn: mapped(  # noqa: E731
+            lambda p, e, s: _touch(fn(p, e, s)), calls)
+        measured.append((name,) + _time_prefix(make, num_elements, warmup, 1, opts,
+                                               parallel_stages))
+    bs = opts.batch_size
+    if bs is not None:
+        fn = _prefix_fn(stage_fns, len(stage_fns) - 1)
+
+        def make(calls):
+            return mapped(lambda p, e, s: fn(p, e, s), calls).batch(
+                bs, drop_remainder=True).map(
+                    lambda x: _touch(assemble.scale(x, opts.dtype, opts.normalize)))
+        nb, wb = max(1, -(-num_elements // bs)), max(1, -(-warmup // bs))
+        measured.append(("batch",) + _time_prefix(make, nb, wb, bs, opts, parallel_stages))
+    return measured
+
+
+def _measure_delivered(ds, n_files, opts, num_elements):
+    """(first batch seconds, images/s, images per CPU-second) of the dataset as delivered."""
+    bs = opts.batch_size
+
+    def count(el):
+        x = el[0] if isinstance(el, tuple) else el
+        return int(x.shape[0]) if bs is not None else 1
+
+    it = iter(ds.repeat())
+    t0 = time.perf_counter()
+    count(next(it))
+    first_batch = time.perf_counter() - t0
+    got = 0
+    # Batches prefetched while the first one was made would inflate a short
+    # measurement: time at least 4x what the prefetch buffer holds.
+    # Timed within the first epoch when it is long enough: a new epoch restarts
+    # the pipeline (shuffle, iterator set-up), which short epochs would
+    # overweight.
+    want = max(num_elements, 4 * (opts.prefetch + 1) * (bs or 1))
+    rest_of_epoch = n_files - (bs or 1)
+    if rest_of_epoch >= num_elements:
+        want = min(want, rest_of_epoch)
+    cpu1, t1 = time.process_time(), time.perf_counter()
+    while got < want:
+        got += count(next(it))
+    dt = time.perf_counter() - t1
+    cpu = time.process_time() - cpu1
+    return first_batch, got / dt, got / cpu if cpu > 0 else float("nan")
+
+
+def _consumer_rate(target_images_per_sec, model, ds, bs, model_steps):
+    """(consumer, images/s): ("target", given), ("model", measured) or (None, None)."""
+    if target_images_per_sec is not None:
+        return "target", float(target_images_per_sec)
+    if model is not None:
+        if bs is None:
+            raise ValueError("`model` needs a batched dataset to time train_on_batch. "
+                             "Received: batch_size=None")
+        return "model", measure_consumer(model, ds.element_spec, bs, model_steps)
+    return None, None
+
+
+def _advice(stages, bottleneck, opts, pipeline_ips, rate, input_bound, cores) -> List[str]:
+    """The report's advice, most important first."""
+    total_ms = sum(s.ms_per_image for s in stages) or 1e-9
+    par = opts.parallelism
+    advice = []
+    stage_advice = (decode_advice(opts) if bottleneck == "decode" else
+                    ADVICE.get(bottleneck, EXTRA_ADVICE.format(name=bottleneck)))
+    share = next(s.share for s in stages if s.name == bottleneck)
+    stage_advice = f"{stage_advice} ({100 * share:.0f}% of the single-threaded cost)"
+    if input_bound is False:
+        advice.append(
+            f"consumer slower than pipeline: input is not the bottleneck (pipeline "
+            f"{pipeline_ips:,.0f} images/s >= consumer {rate:,.0f} images/s); speed up the "
+            "train step instead (mixed precision, XLA, a larger batch)")
+    else:
+        if input_bound:
+            need = rate * total_ms / 1000.0
+            advice.append(
+                f"input-bound: the pipeline delivers {pipeline_ips:,.0f} images/s but the "
+                f"consumer takes {rate:,.0f} images/s; at {total_ms:.2f} ms per image that "
+                f"needs about {need:.1f} busy cores (this process may use {cores})")
+        advice.append(stage_advice)
+    single_ips = 1000.0 / total_ms
+    if input_bound is not False and pipeline_ips < 0.5 * min(par, cores) * single_ips:
+        advice.append(
+            f"parallel speed-up is low: {pipeline_ips / single_ips:.1f}x the single-threaded "
+            f"rate with {par} parallel calls on {cores} core{'' if cores == 1 else 's'}; check "
+            "other load on the machine, num_parallel_calls, and the factories' autotune "
+            "option (off by default; pipeline.ImageOptions in docs/api.md)")
+    if input_bound is False:
+        advice.append(stage_advice.replace("dominates", "is the costliest stage", 1))
+    return advice
+
+
 @checks.known_keywords(config.FIELDS + ("labels", "class_names", "follow_links"),
                        config.KERAS_EQUIVALENTS)
 def profile(source, *, num_elements: int = 200, warmup: int = 10,
@@ -391,225 +626,31 @@ def profile(source, *, num_elements: int = 200, warmup: int = 10,
         ValueError: a bad argument (named, with the value received), options
             given with a dataset, or a dataset not made by ``pipeline``.
     """
-    _check_pos_int("num_elements", num_elements)
-    _check_pos_int("warmup", warmup, 0)
-    _check_pos_int("model_steps", model_steps)
-    _check_pos_int("profile_batches", profile_batches)
-    if target_images_per_sec is not None and (
-            isinstance(target_images_per_sec, bool)
-            or not isinstance(target_images_per_sec, (int, float))
-            or not target_images_per_sec > 0):
-        raise ValueError("`target_images_per_sec` must be a number > 0 or None. "
-                         f"{checks.received('target_images_per_sec', target_images_per_sec)}")
-    if extra_map is not None and not callable(extra_map):
-        raise ValueError(f"`extra_map` must be a callable image -> image. "
-                         f"{checks.received('extra_map', extra_map)}")
-
-    if isinstance(source, tf.data.Dataset):
-        if options:
-            raise ValueError("Factory options are taken from the dataset; pass them only with "
-                             f"a directory or paths. Received: {sorted(options)}")
-        ds = source
-    elif isinstance(source, (str, os.PathLike)):
-        ds = sources.from_directory(os.fspath(source), **options)
-    elif isinstance(source, (list, tuple)):
-        ds = sources.from_paths(list(source), **options)
-    else:
-        raise ValueError("`source` must be a pipeline dataset, a directory or a list of "
-                         f"paths. {checks.received('source', source)}")
-    if isinstance(ds, tuple):
-        raise ValueError("`subset='both'` gives two datasets; profile one of them. "
-                         f"{checks.received('subset', 'both')}")
-    try:
-        b = assemble.built(ds)
-    except ValueError:
-        raise ValueError("`source` must be a dataset returned by a pipeline factory (it "
-                         "carries its file index and options); after .map/.take these are "
-                         f"lost. Received: source={source!r}") from None
+    _check_profile_args(num_elements, warmup, target_images_per_sec, model_steps,
+                        extra_map, profile_batches)
+    ds, b = _profiled_dataset(source, options)
     idx, opts = b.index, b.options
-    if idx is None:
-        raise ValueError("`source` read from TFRecord shards: profile the folder they were "
-                         f"written from instead. Received: source={source!r}")
-    good = [p for k, p in enumerate(idx.paths) if k not in idx.errors]
-    if not good:
-        raise ValueError(f"No good files to profile: all {len(idx)} are bad at index time.")
     # The stages of the very map the dataset runs (pipeline.assemble.make_stages).
     decoder, _ = assemble.make_stages(idx, opts)
-    total = warmup + num_elements
-    # Untimed pass: every sampled file is read (timings are then of warm,
-    # page-cached reads) and decoded once; files whose decoder fails are left
-    # out of the stage timings, which would otherwise never end on them.
-    sample = tf.data.Dataset.from_tensor_slices(read_lib.path_bytes(good[:total])).map(
-        assemble.graph_fn(lambda p: (p, tf.shape(decoder.decode(tf.io.read_file(p))[0])[0])),
-        num_parallel_calls=opts.parallelism).ignore_errors()
-    paths = [p for p, _ in sample.as_numpy_iterator()]  # bytes, as the file system holds them
-    if not paths:
-        raise ValueError(f"No file of the {min(total, len(good))} sampled decodes; see "
-                         "pipeline.scan for the reasons.")
-    base = tf.data.Dataset.from_tensor_slices((tf.constant(read_lib.path_bytes(paths)),
-                                               tf.zeros([len(paths)], tf.int32)))
-    base = tf.data.Dataset.zip(base.repeat(), tf.data.Dataset.random(seed=0).batch(2)).map(
-        lambda pe, s: (pe[0], pe[1], s))
-    image_size = opts.image_size
-
-    # Each stage is traced once (the guarded decoder is costly to trace) and
-    # called by every prefix that contains it.
-    def stage(fn):
-        return tf.function(fn, autograph=False, reduce_retracing=True)
-
-    read_op = stage(lambda p: tf.io.read_file(p))
-    decode_op = stage(lambda p, e: decoder.decode(tf.io.read_file(p))[0])
-
-    def read(p, e, s):
-        return read_op(p)
-
-    def decode(p, e, s):
-        return decode_op(p, e)
-
-    stage_fns = [("read", read), ("decode", decode)]
-    if image_size is not None:
-        resize_op = stage(lambda img: transform.resize(
-            img, image_size, opts.resize, opts.interpolation))
-        stage_fns.append(("resize", lambda img, p, e, s: resize_op(img)))
-    if opts.augment is not None:
-        augment_op = stage(opts.augment.__call__)
-        stage_fns.append(("augment", lambda img, p, e, s: augment_op(img, s)))
-    if extra_map is not None:
-        name = getattr(extra_map, "__name__", "extra_map")
-        name = "extra_map" if name == "<lambda>" else name
-        extra_op = stage(extra_map)
-        stage_fns.append((name, lambda img, p, e, s: extra_op(img)))
-
-    signature = (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int32),
-                 tf.TensorSpec([2], tf.int64))
-
-    def prefix_fn(k):
-        # Traced once, shared by the single-threaded and the parallel datasets.
-        @tf.function(input_signature=signature, autograph=False)
-        def fn(p, e, s):
-            x = stage_fns[min(k, 1)][1](p, e, s)  # read, or read+decode
-            for _, f in stage_fns[2:k + 1]:
-                x = f(x, p, e, s)
-            return x
-        return fn
-
-    par = opts.parallelism
-    cores = checks.cpu_count()
-    measured = []
-    for k, (name, _) in enumerate(stage_fns):
-        fn = prefix_fn(k)
-        # A file whose decoder fails drops out of the stage timings (they
-        # count decoded images); the end-to-end figure below uses the dataset
-        # itself, with its on_error policy.
-        single = _single_thread(base.map(lambda p, e, s: _touch(fn(p, e, s))).ignore_errors())
-        _, cpu, got = _time_reduce(single, num_elements, warmup)
-        cum = 1000.0 * cpu / got
-        ips = float("nan")
-        if parallel_stages:
-            parallel = _parallel(base.map(lambda p, e, s: _touch(fn(p, e, s)),
-                                          num_parallel_calls=par,
-                                          deterministic=False).ignore_errors(), opts.autotune)
-            wall, _, got = _time_reduce(parallel, num_elements, warmup)
-            ips = got / wall
-        measured.append((name, cum, ips))
-
-    bs = opts.batch_size
-    if bs is not None:
-        fn = prefix_fn(len(stage_fns) - 1)
-        batched = base.map(lambda p, e, s: fn(p, e, s)).ignore_errors().batch(
-            bs, drop_remainder=True)
-        batched = batched.map(lambda x: _touch(assemble.scale(x, opts.dtype, opts.normalize)))
-        nb = max(1, -(-num_elements // bs))
-        wb = max(1, -(-warmup // bs))
-        _, cpu, got = _time_reduce(_single_thread(batched), nb, wb)
-        cum = 1000.0 * cpu / (got * bs)
-        ips = float("nan")
-        if parallel_stages:
-            pbatched = base.map(lambda p, e, s: fn(p, e, s), num_parallel_calls=par,
-                                deterministic=False).ignore_errors().batch(
-                                    bs, drop_remainder=True)
-            pbatched = pbatched.map(lambda x: _touch(assemble.scale(x, opts.dtype,
-                                                                     opts.normalize)))
-            wall, _, got = _time_reduce(_parallel(pbatched, opts.autotune), nb, wb)
-            ips = got * bs / wall
-        measured.append(("batch", cum, ips))
-    stages = stage_costs(measured)
+    base = _timing_base(idx, opts, decoder, warmup + num_elements)
+    stages = stage_costs(_measure_stages(base, _stage_fns(decoder, opts, extra_map), opts,
+                                         num_elements, warmup, parallel_stages))
     total_ms = sum(s.ms_per_image for s in stages) or 1e-9
     for s in stages:
         s.share = s.ms_per_image / total_ms
     bottleneck = max(stages, key=lambda s: s.ms_per_image).name
-
-    # The dataset as delivered.
-    def count(el):
-        x = el[0] if isinstance(el, tuple) else el
-        return int(x.shape[0]) if bs is not None else 1
-
-    it = iter(ds.repeat())
-    t0 = time.perf_counter()
-    count(next(it))
-    first_batch = time.perf_counter() - t0
-    got = 0
-    # Batches prefetched while the first one was made would inflate a short
-    # measurement: time at least 4x what the prefetch buffer holds.
-    # Timed within the first epoch when it is long enough: a new epoch restarts
-    # the pipeline (shuffle, iterator set-up), which short epochs would
-    # overweight.
-    want = max(num_elements, 4 * (opts.prefetch + 1) * (bs or 1))
-    rest_of_epoch = len(idx) - (bs or 1)
-    if rest_of_epoch >= num_elements:
-        want = min(want, rest_of_epoch)
-    cpu1, t1 = time.process_time(), time.perf_counter()
-    while got < want:
-        got += count(next(it))
-    dt = time.perf_counter() - t1
-    cpu = time.process_time() - cpu1
-    pipeline_ips = got / dt
-    per_cpu = got / cpu if cpu > 0 else float("nan")
-
-    consumer = None
-    rate = None
-    if target_images_per_sec is not None:
-        consumer, rate = "target", float(target_images_per_sec)
-    elif model is not None:
-        if bs is None:
-            raise ValueError("`model` needs a batched dataset to time train_on_batch. "
-                             "Received: batch_size=None")
-        consumer, rate = "model", measure_consumer(model, ds.element_spec, bs, model_steps)
+    first_batch, pipeline_ips, per_cpu = _measure_delivered(ds, len(idx), opts, num_elements)
+    bs, cores = opts.batch_size, checks.cpu_count()
+    consumer, rate = _consumer_rate(target_images_per_sec, model, ds, bs, model_steps)
     input_bound = None if rate is None else pipeline_ips < rate
-
-    advice = []
-    stage_advice = (decode_advice(opts) if bottleneck == "decode" else
-                    ADVICE.get(bottleneck, EXTRA_ADVICE.format(name=bottleneck)))
-    share = next(s.share for s in stages if s.name == bottleneck)
-    stage_advice = f"{stage_advice} ({100 * share:.0f}% of the single-threaded cost)"
-    if input_bound is False:
-        advice.append(
-            f"consumer slower than pipeline: input is not the bottleneck (pipeline "
-            f"{pipeline_ips:,.0f} images/s >= consumer {rate:,.0f} images/s); speed up the "
-            "train step instead (mixed precision, XLA, a larger batch)")
-    else:
-        if input_bound:
-            need = rate * total_ms / 1000.0
-            advice.append(
-                f"input-bound: the pipeline delivers {pipeline_ips:,.0f} images/s but the "
-                f"consumer takes {rate:,.0f} images/s; at {total_ms:.2f} ms per image that "
-                f"needs about {need:.1f} busy cores (this process may use {cores})")
-        advice.append(stage_advice)
-    single_ips = 1000.0 / total_ms
-    if input_bound is not False and pipeline_ips < 0.5 * min(par, cores) * single_ips:
-        advice.append(
-            f"parallel speed-up is low: {pipeline_ips / single_ips:.1f}x the single-threaded "
-            f"rate with {par} parallel calls on {cores} core{'' if cores == 1 else 's'}; check "
-            "other load on the machine, num_parallel_calls, and the factories' autotune "
-            "option (off by default; pipeline.ImageOptions in docs/api.md)")
-    if input_bound is False:
-        advice.append(stage_advice.replace("dominates", "is the costliest stage", 1))
-
+    advice = _advice(stages, bottleneck, opts, pipeline_ips, rate, input_bound, cores)
+    image_size = opts.image_size
     files = write_trace(ds, profile_dir, profile_batches) if profile_dir else []
     return ProfileReport(
         stages=stages, bottleneck=bottleneck, pipeline_images_per_sec=pipeline_ips,
         pipeline_images_per_cpu_sec=per_cpu, first_batch_sec=first_batch,
-        single_thread_images_per_sec=single_ips, cores=cores, parallelism=par,
+        single_thread_images_per_sec=1000.0 / total_ms, cores=cores,
+        parallelism=opts.parallelism,
         consumer_images_per_sec=rate, consumer=consumer, input_bound=input_bound,
         advice=advice, num_elements=num_elements, batch_size=bs,
         image_size=tuple(image_size) if image_size else None,
