@@ -244,6 +244,38 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
         ImportError: ``beam_runner`` without apache-beam installed (says
             ``pip install '.[beam]'``).
     """
+    plan_options, beam_flags = _write_options(
+        num_shards, shuffle, seed, on_error, max_pixels, max_resolution, jpeg_quality,
+        beam_runner, beam_options, num_workers)
+    beam_runner = plan_options.pop("beam_runner")
+    output_dir = _check_output_dir(output_dir, source)
+    if beam_runner is not None:
+        from pipeline import beam_write  # pylint: disable=import-outside-toplevel
+        beam_write.pipeline_options(beam_runner, beam_flags)  # Beam installed, its options known
+    idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
+    read.ensure_filesystem(output_dir, in_graph=True)
+    plan = plan_sha256(idx, **plan_options)
+    if beam_runner is not None:
+        return beam_write.write(idx, output_dir, plan, beam_runner, beam_flags,
+                                progress=progress, **plan_options)
+    _refuse_old_shards(output_dir)
+    skipped = []
+    if on_error is not None:
+        idx, skipped = check_files(idx, on_error, max_pixels=plan_options["max_pixels"],
+                                   progress=progress)
+    results = _write_shards(idx, output_dir, plan_options, len(skipped), num_workers, progress)
+    meta = sidecar(idx, results, plan, plan_options["max_resolution"],
+                   plan_options["jpeg_quality"], None if on_error is None else
+                   [{"path": r.path, "reason": r.reason} for r in skipped])
+    with tf.io.gfile.GFile(read.join(output_dir, SIDECAR), "w") as f:
+        f.write(json.dumps(meta, indent=1))
+    return meta
+
+
+def _write_options(num_shards, shuffle, seed, on_error, max_pixels, max_resolution,
+                   jpeg_quality, beam_runner, beam_options, num_workers):
+    """``write_tfrecords``' options validated: (the plan's options + "beam_runner",
+    Beam's flags)."""
     if num_shards is not None:
         num_shards = checks.check_int("num_shards", num_shards)
     shuffle = checks.check_bool("shuffle", shuffle)
@@ -259,23 +291,23 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                          "`beam_runner` the runner decides the workers (e.g. beam_options="
                          "'direct_num_workers=4' or Dataflow's 'max_num_workers=100'). "
                          f"{checks.received('num_workers', num_workers)}")
+    return dict(shuffle=shuffle, seed=seed, num_shards=num_shards, on_error=on_error,
+                max_pixels=max_pixels, max_resolution=max_resolution,
+                jpeg_quality=jpeg_quality, beam_runner=beam_runner), beam_flags
+
+
+def _check_output_dir(output_dir, source) -> str:
+    """``output_dir`` as a str: outside ``source``, and not a file."""
     output_dir = os.fspath(output_dir)
     checks.check_output_outside(output_dir, source)
     if read.exists(output_dir) and not read.isdir(output_dir):
         raise ValueError(f"`output_dir` must be a folder (new or existing); {output_dir!r} is "
                          f"a file. {checks.received('output_dir', output_dir)}")
-    if beam_runner is not None:
-        from pipeline import beam_write  # pylint: disable=import-outside-toplevel
-        beam_write.pipeline_options(beam_runner, beam_flags)  # Beam installed, its options known
-    idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
-    read.ensure_filesystem(output_dir, in_graph=True)
-    plan_options = dict(shuffle=shuffle, seed=seed, num_shards=num_shards, on_error=on_error,
-                        max_pixels=max_pixels, max_resolution=max_resolution,
-                        jpeg_quality=jpeg_quality)
-    plan = plan_sha256(idx, **plan_options)
-    if beam_runner is not None:
-        return beam_write.write(idx, output_dir, plan, beam_runner, beam_flags,
-                                progress=progress, **plan_options)
+    return output_dir
+
+
+def _refuse_old_shards(output_dir: str) -> None:
+    """Raises ValueError when ``output_dir`` already holds shards or a sidecar."""
     try:
         listing = tf.io.gfile.listdir(output_dir)
     except tf.errors.NotFoundError:  # a new folder (object stores have no empty "folders")
@@ -286,19 +318,23 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
             f"`output_dir` already holds shards ({sorted(old)[:3]}...): writing new ones "
             "beside them would mix two datasets. Use an empty folder. "
             f"Received: output_dir={output_dir!r}")
-    skipped = []
-    if on_error is not None:
-        idx, skipped = check_files(idx, on_error, max_pixels=max_pixels, progress=progress)
+
+
+def _write_shards(idx, output_dir: str, plan_options: dict, num_skipped: int,
+                  num_workers: Optional[int], progress: bool) -> list:
+    """Writes the rows of ``idx`` in the plan's order, row ``j`` to shard ``j % num_shards``,
+    a thread per shard; returns ``write_shard_file``'s result for each shard."""
     n = len(idx)
-    order = row_order(n, seed) if shuffle else np.arange(n)
-    num_shards = shard_count(num_shards, n, idx.sizes, len(skipped))
+    order = row_order(n, plan_options["seed"]) if plan_options["shuffle"] else np.arange(n)
+    num_shards = shard_count(plan_options["num_shards"], n, idx.sizes, num_skipped)
     tf.io.gfile.makedirs(output_dir)
     workers = num_workers or min(num_shards, 2 * checks.cpu_count())
     names = [SHARD_PATTERN.format(k, num_shards) for k in range(num_shards)]
-
+    max_resolution = plan_options["max_resolution"]
     reencode = None
     if max_resolution is not None:
-        reencode = resolution_reencoder(max_resolution, jpeg_quality, max_pixels)
+        reencode = resolution_reencoder(max_resolution, plan_options["jpeg_quality"],
+                                        plan_options["max_pixels"])
         reencode.get_concrete_function()  # traced once, before the writer threads
 
     from tqdm.auto import tqdm
@@ -312,15 +348,9 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
 
     try:
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(write_shard, range(num_shards)))
+            return list(pool.map(write_shard, range(num_shards)))
     finally:
         bar.close()
-    meta = sidecar(idx, results, plan, max_resolution, jpeg_quality,
-                   None if on_error is None else
-                   [{"path": r.path, "reason": r.reason} for r in skipped])
-    with tf.io.gfile.GFile(read.join(output_dir, SIDECAR), "w") as f:
-        f.write(json.dumps(meta, indent=1))
-    return meta
 
 
 def _count(n: int, noun: str) -> str:
@@ -582,40 +612,12 @@ def open_records(files, opts, shuffle_buffer_size: int = 1024) -> Records:
     files = list_files(files)
     meta = read_sidecar(files)
     if whole_folder:
-        listed = [sh["file"] for sh in meta["shards"]]
-        missing = sorted(set(listed) - {os.path.basename(f) for f in files})
-        if missing:
-            raise ValueError(
-                f"{len(missing)} of the {len(listed)} shards that dataset.json lists are "
-                f"missing from the folder: {missing[:5]}; their records would be lost. "
-                "Pass the shards to read as a list to read a subset on purpose. "
-                f"Received: files={os.fspath(given)!r}")
+        _check_folder_complete(meta, files, given)
     kind = meta["label_kind"]
-    if kind is not None and opts.label_mode is not None and (
-            (kind == "int") != (opts.label_mode in ("int", "categorical", "binary"))):
-        raise ValueError(f"The shards hold {kind} labels, which label_mode "
-                         f"{opts.label_mode!r} cannot encode. Received: label_mode="
-                         f"{opts.label_mode!r}")
+    _check_label_kind(kind, opts.label_mode)
     has_weights = bool(meta.get("has_weights")) and kind is not None
-    spec = {
-        "image": tf.io.FixedLenFeature([], tf.string),
-        "path": tf.io.FixedLenFeature([], tf.string),
-        "error": tf.io.FixedLenFeature([], tf.string),
-    }
-    label_dtype, label_shape = tf.int64, []
-    if kind == "int":
-        spec["label"] = tf.io.FixedLenFeature([], tf.int64)
-    elif kind == "float":
-        spec["label"] = tf.io.FixedLenFeature([], tf.float32)
-        label_dtype = tf.float32
-    elif kind == "vector":
-        spec["label"] = tf.io.FixedLenFeature([meta["label_size"]], tf.float32)
-        label_dtype, label_shape = tf.float32, [meta["label_size"]]
-    if has_weights:
-        spec["weight"] = tf.io.FixedLenFeature([], tf.float32)
     has_masks = bool(meta.get("has_masks"))
-    if has_masks:  # segmentation pairs: the plan's label is the mask's encoded bytes
-        spec["mask"] = tf.io.FixedLenFeature([], tf.string)
+    spec, label_dtype, label_shape = _feature_spec(meta, has_weights, has_masks)
 
     def parse(record):
         f = tf.io.parse_single_example(record, spec)
@@ -644,6 +646,51 @@ def open_records(files, opts, shuffle_buffer_size: int = 1024) -> Records:
         damaged_py=_damage_memo(files, meta["file_counts"]),
         buffer_size=shuffle_buffer_size, has_masks=has_masks,
         mask_formats={k for k in meta.get("mask_formats", {}) if k and k != "unknown"})
+
+
+def _check_folder_complete(meta: dict, files: List[str], given) -> None:
+    """Raises ValueError when a shard the sidecar lists is missing from the folder read."""
+    listed = [sh["file"] for sh in meta["shards"]]
+    missing = sorted(set(listed) - {os.path.basename(f) for f in files})
+    if missing:
+        raise ValueError(
+            f"{len(missing)} of the {len(listed)} shards that dataset.json lists are "
+            f"missing from the folder: {missing[:5]}; their records would be lost. "
+            "Pass the shards to read as a list to read a subset on purpose. "
+            f"Received: files={os.fspath(given)!r}")
+
+
+def _check_label_kind(kind: Optional[str], label_mode: Optional[str]) -> None:
+    """Raises ValueError when ``label_mode`` cannot encode the shards' ``kind`` of labels."""
+    if kind is not None and label_mode is not None and (
+            (kind == "int") != (label_mode in ("int", "categorical", "binary"))):
+        raise ValueError(f"The shards hold {kind} labels, which label_mode "
+                         f"{label_mode!r} cannot encode. Received: label_mode="
+                         f"{label_mode!r}")
+
+
+def _feature_spec(meta: dict, has_weights: bool, has_masks: bool):
+    """(the records' ``tf.io.parse_single_example`` features, label dtype, label shape)."""
+    spec = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "path": tf.io.FixedLenFeature([], tf.string),
+        "error": tf.io.FixedLenFeature([], tf.string),
+    }
+    kind = meta["label_kind"]
+    label_dtype, label_shape = tf.int64, []
+    if kind == "int":
+        spec["label"] = tf.io.FixedLenFeature([], tf.int64)
+    elif kind == "float":
+        spec["label"] = tf.io.FixedLenFeature([], tf.float32)
+        label_dtype = tf.float32
+    elif kind == "vector":
+        spec["label"] = tf.io.FixedLenFeature([meta["label_size"]], tf.float32)
+        label_dtype, label_shape = tf.float32, [meta["label_size"]]
+    if has_weights:
+        spec["weight"] = tf.io.FixedLenFeature([], tf.float32)
+    if has_masks:  # segmentation pairs: the plan's label is the mask's encoded bytes
+        spec["mask"] = tf.io.FixedLenFeature([], tf.string)
+    return spec, label_dtype, label_shape
 
 
 def _damage_memo(files, counts) -> Callable:
