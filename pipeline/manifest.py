@@ -245,9 +245,28 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
     _check_column("path_column", path_column)
     if weight_column is not None:
         _check_column("weight_column", weight_column)
+    label_columns = _check_label_columns(label_columns)
+    class_names = checks.check_class_names(class_names)
+
+    rows = _Rows(manifest, path_column, label_columns, weight_column, root,
+                 allow_outside_root)
+    rows.read()
+    labels, class_names, label_mode = _labels(rows.raw_labels, rows.label_columns,
+                                              label_mode, class_names)
+    errors = _missing_files(manifest, rows.paths, rows.lines, missing_ok)
+    errors = index_lib.check_tiffs(rows.paths, errors)
+    duplicates = find_duplicates(rows.paths, rows.lines)
+    if duplicates:
+        logging.warning("pipeline: %s; every row is delivered as listed (a file listed "
+                        "twice is read twice per epoch)", describe_duplicates(manifest, duplicates))
+    return index_lib.Index(rows.paths, labels, class_names, rows.weights, errors,
+                           duplicates=duplicates), label_mode
+
+
+def _check_label_columns(label_columns) -> Optional[List[str]]:
+    """``label_columns`` as a non-empty list of column names, or None (auto: "label")."""
     if isinstance(label_columns, str):
         label_columns = [label_columns]
-    auto_label = label_columns is None
     if label_columns is not None:
         given = label_columns
         try:
@@ -261,33 +280,64 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
             if not isinstance(c, str) or not c:
                 raise ValueError("`label_columns` must be column names (non-empty str). "
                                  f"{checks.received('label_columns', given)}")
-    class_names = checks.check_class_names(class_names)
+    return label_columns
 
-    paths: List[str] = []
-    lines: List[int] = []
-    raw_labels: list = []
-    weights: Optional[List[float]] = [] if weight_column else None
-    checked_header = False
-    listings: dict = {}  # folder listings for names in another Unicode normal form
-    for line_no, row, header in read_rows(manifest):
-        where = f"{manifest}, line {line_no}"
-        if auto_label:
-            label_columns = ["label"] if "label" in (row if header is None else header) else []
-            auto_label = False
-        needed = [path_column] + label_columns + ([weight_column] if weight_column else [])
-        if header is not None and not checked_header:
-            # A CSV's columns are its header's: a missing one is the header's fault (line 1).
-            absent = [c for c in needed if c not in header]
-            if absent:
-                raise ManifestError(f"{manifest}, line 1 (the header): missing column(s) "
-                                    f"{_names(absent)}; the header has {_names(header)}. "
-                                    + _which(absent, path_column, label_columns,
-                                             weight_column))
-            twice = [c for c in dict.fromkeys(needed) if header.count(c) > 1]
-            if twice:
-                raise ManifestError(f"{manifest}, line 1 (the header): column(s) "
-                                    f"{_names(twice)} named more than once")
-            checked_header = True
+
+class _Rows:
+    """A manifest's rows, checked and parsed: ``paths`` (resolved, on-disk names),
+    ``lines`` (their line numbers), ``raw_labels`` ((where, cells) per row),
+    ``weights`` (floats, or None without a weight column) and ``label_columns``
+    (resolved: None means "label" when the first row or header has it, else [])."""
+
+    def __init__(self, manifest, path_column, label_columns, weight_column, root,
+                 allow_outside_root):
+        self.manifest, self.path_column = manifest, path_column
+        self.label_columns, self.weight_column = label_columns, weight_column
+        self.root, self.allow_outside_root = root, allow_outside_root
+        self.paths: List[str] = []
+        self.lines: List[int] = []
+        self.raw_labels: list = []
+        self.weights: Optional[List[float]] = [] if weight_column else None
+        self.listings: dict = {}  # folder listings for names in another Unicode normal form
+
+    def read(self) -> None:
+        """Reads every row; raises ManifestError (naming the line) on a malformed one."""
+        checked_header = False
+        for line_no, row, header in read_rows(self.manifest):
+            if self.label_columns is None:
+                self.label_columns = ["label"] if "label" in (
+                    row if header is None else header) else []
+            needed = ([self.path_column] + self.label_columns
+                      + ([self.weight_column] if self.weight_column else []))
+            if header is not None and not checked_header:
+                self._check_header(header, needed)
+                checked_header = True
+            self._add(line_no, row, needed)
+        if not self.paths:
+            raise ValueError(f"The manifest lists no files. Received: "
+                             f"manifest={self.manifest!r}")
+        if self.weights is not None and not self.label_columns:
+            raise ValueError("`weight_column` needs labels (`label_columns`): elements are "
+                             "(x, y, sample_weight). Received: "
+                             f"weight_column={self.weight_column!r}")
+
+    def _which(self, absent) -> str:
+        return _which(absent, self.path_column, self.label_columns, self.weight_column)
+
+    def _check_header(self, header, needed) -> None:
+        """A CSV's columns are its header's: a missing one is the header's fault (line 1)."""
+        absent = [c for c in needed if c not in header]
+        if absent:
+            raise ManifestError(f"{self.manifest}, line 1 (the header): missing column(s) "
+                                f"{_names(absent)}; the header has {_names(header)}. "
+                                + self._which(absent))
+        twice = [c for c in dict.fromkeys(needed) if header.count(c) > 1]
+        if twice:
+            raise ManifestError(f"{self.manifest}, line 1 (the header): column(s) "
+                                f"{_names(twice)} named more than once")
+
+    def _add(self, line_no, row, needed) -> None:
+        where = f"{self.manifest}, line {line_no}"
         if None in row:  # fields beyond the header
             raise ManifestError(f"{where}: {len(row[None])} more field(s) than the header has "
                                 f"({_names(row[None])})")
@@ -295,38 +345,37 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
         if absent:
             raise ManifestError(f"{where}: missing column(s) {_names(absent)}; the row has "
                                 f"{_names(sorted(k for k in row if k is not None))}. "
-                                + _which(absent, path_column, label_columns, weight_column))
+                                + self._which(absent))
         empty = [c for c in needed if row[c] is None]
         if empty:
             raise ManifestError(f"{where}: no value in column(s) {_names(empty)} (a short row, "
                                 "or null)")
-        raw = row[path_column]
+        raw = row[self.path_column]
         if not isinstance(raw, str):
-            raise ManifestError(f"{where}: the path in column {path_column!r} must be a string, "
-                                f"got {raw!r}")
+            raise ManifestError(f"{where}: the path in column {self.path_column!r} must be a "
+                                f"string, got {raw!r}")
         raw = raw.strip()
         if not raw:
-            raise ManifestError(f"{where}: empty path in column {path_column!r}")
+            raise ManifestError(f"{where}: empty path in column {self.path_column!r}")
         # opened by its on-disk name (a name typed in NFC, the file's in NFD)
-        paths.append(read.on_disk_name(resolve_path(raw, root, allow_outside_root, where),
-                                       listings))
-        lines.append(line_no)
-        if label_columns:
-            cells = [row[c] for c in label_columns]
-            for c, v in zip(label_columns, cells):
+        self.paths.append(read.on_disk_name(
+            resolve_path(raw, self.root, self.allow_outside_root, where), self.listings))
+        self.lines.append(line_no)
+        if self.label_columns:
+            cells = [row[c] for c in self.label_columns]
+            for c, v in zip(self.label_columns, cells):
                 if isinstance(v, str) and not v.strip():
                     raise ManifestError(f"{where}: empty label in column {c!r}")
-            raw_labels.append((where, cells))
-        if weight_column:
-            weights.append(_parse_number(row[weight_column], where, weight_column))
-    if not paths:
-        raise ValueError(f"The manifest lists no files. Received: manifest={manifest!r}")
-    if weights is not None and not label_columns:
-        raise ValueError("`weight_column` needs labels (`label_columns`): elements are "
-                         f"(x, y, sample_weight). Received: weight_column={weight_column!r}")
+            self.raw_labels.append((where, cells))
+        if self.weight_column:
+            self.weights.append(_parse_number(row[self.weight_column], where,
+                                              self.weight_column))
 
-    labels, class_names, label_mode = _labels(raw_labels, label_columns, label_mode,
-                                              class_names)
+
+def _missing_files(manifest: str, paths, lines, missing_ok: bool) -> Dict[int, str]:
+    """{row: reason} of the local files that cannot be stat'ed, when ``missing_ok``;
+    otherwise the first raises FileNotFoundError / PermissionError / OSError naming
+    its manifest line."""
     errors = {}
     for row, (path, line_no) in enumerate(zip(paths, lines)):
         if read.is_remote(path):
@@ -346,13 +395,7 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
                     PermissionError if code in (errno.EACCES, errno.EPERM) else OSError)
             raise kind(f"{manifest}, line {line_no}: {why}: {path!r}")
         errors[row] = f"{why} (listed on line {line_no} of {os.path.basename(manifest)})"
-    errors = index_lib.check_tiffs(paths, errors)
-    duplicates = find_duplicates(paths, lines)
-    if duplicates:
-        logging.warning("pipeline: %s; every row is delivered as listed (a file listed "
-                        "twice is read twice per epoch)", describe_duplicates(manifest, duplicates))
-    return index_lib.Index(paths, labels, class_names, weights, errors,
-                           duplicates=duplicates), label_mode
+    return errors
 
 
 def find_duplicates(paths: Sequence[str], lines: Sequence[int]) -> Dict[str, List[int]]:
@@ -383,15 +426,7 @@ def _labels(raw_labels, label_columns, label_mode, class_names):
         return None, class_names, None
     multi_col = len(label_columns) > 1
     if label_mode == AUTO:
-        kinds = {_cell_kind(v) for _, cells in raw_labels for v in cells}
-        if multi_col:
-            label_mode = "float" if "float" in kinds else "multi_hot"
-        elif "list" in kinds:
-            label_mode = "multi_hot"
-        elif kinds <= {"int", "float"} and "float" in kinds:
-            label_mode = "float"
-        else:
-            label_mode = "int"
+        label_mode = _auto_label_mode(raw_labels, multi_col)
     if multi_col:
         if label_mode not in ("multi_hot", "float"):
             raise ValueError(
@@ -405,40 +440,65 @@ def _labels(raw_labels, label_columns, label_mode, class_names):
         return [_parse_number(cells[0], where, column) for where, cells in raw_labels], \
             class_names, label_mode
     if label_mode == "multi_hot":
-        lists = []
-        for where, cells in raw_labels:
-            v = cells[0]
-            if isinstance(v, list):
-                items = v
-            elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                items = [v]
-            elif isinstance(v, str):
-                items = [t.strip() for t in v.split("|")] if v.strip() else []
-            else:
-                raise ManifestError(f"{where}: cannot parse label {v!r} in column {column!r}")
-            for t in items:
-                if not isinstance(t, (str, int)) or isinstance(t, bool) or t == "":
-                    raise ManifestError(
-                        f"{where}: cannot parse label {v!r} in column {column!r}: items "
-                        "must be class names or integer class indices")
-            lists.append((where, v, [checks.nfc(str(t)) for t in items]))
-        if class_names is None:
-            names = sorted({t for _, _, items in lists for t in items})
-            if names and all(_cell_kind(t) == "int" for t in names):
-                names = [str(i) for i in range(max(int(t) for t in names) + 1)]
-            class_names = names
-        lookup = {c: k for k, c in enumerate(class_names)}
-        labels = []
-        for where, v, items in lists:
-            vec = [0.0] * len(class_names)
-            for t in items:
-                if t not in lookup:
-                    raise ManifestError(f"{where}: label {t!r} in column {column!r} is not "
-                                        f"in class_names {class_names[:20]}")
-                vec[lookup[t]] = 1.0
-            labels.append(vec)
-        return labels, class_names, label_mode
-    # int / categorical / binary: integer class indices or class-name strings.
+        return _multi_hot_labels(raw_labels, column, class_names) + (label_mode,)
+    return _class_labels(raw_labels, column, label_mode, class_names) + (label_mode,)
+
+
+def _auto_label_mode(raw_labels, multi_col: bool) -> str:
+    """The label mode the cells read as: several columns give a vector ("float" when
+    a cell is fractional, else "multi_hot"); one column "multi_hot" for lists, "float"
+    when its numbers include a fraction, else "int"."""
+    kinds = {_cell_kind(v) for _, cells in raw_labels for v in cells}
+    if multi_col:
+        return "float" if "float" in kinds else "multi_hot"
+    if "list" in kinds:
+        return "multi_hot"
+    if kinds <= {"int", "float"} and "float" in kinds:
+        return "float"
+    return "int"
+
+
+def _multi_hot_labels(raw_labels, column, class_names):
+    """(multi-hot float vectors, class_names) from cells holding a list, one class, or
+    "|"-separated classes (names or integer indices)."""
+    lists = []
+    for where, cells in raw_labels:
+        v = cells[0]
+        if isinstance(v, list):
+            items = v
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            items = [v]
+        elif isinstance(v, str):
+            items = [t.strip() for t in v.split("|")] if v.strip() else []
+        else:
+            raise ManifestError(f"{where}: cannot parse label {v!r} in column {column!r}")
+        for t in items:
+            if not isinstance(t, (str, int)) or isinstance(t, bool) or t == "":
+                raise ManifestError(
+                    f"{where}: cannot parse label {v!r} in column {column!r}: items "
+                    "must be class names or integer class indices")
+        lists.append((where, v, [checks.nfc(str(t)) for t in items]))
+    if class_names is None:
+        names = sorted({t for _, _, items in lists for t in items})
+        if names and all(_cell_kind(t) == "int" for t in names):
+            names = [str(i) for i in range(max(int(t) for t in names) + 1)]
+        class_names = names
+    lookup = {c: k for k, c in enumerate(class_names)}
+    labels = []
+    for where, v, items in lists:
+        vec = [0.0] * len(class_names)
+        for t in items:
+            if t not in lookup:
+                raise ManifestError(f"{where}: label {t!r} in column {column!r} is not "
+                                    f"in class_names {class_names[:20]}")
+            vec[lookup[t]] = 1.0
+        labels.append(vec)
+    return labels, class_names
+
+
+def _class_labels(raw_labels, column, label_mode, class_names):
+    """(int class indices, class_names) for int / categorical / binary: cells holding
+    integer class indices or class-name strings."""
     cells = [(where, cells[0]) for where, cells in raw_labels]
     kinds = {_cell_kind(v) for _, v in cells}
     if "list" in kinds:
@@ -456,7 +516,7 @@ def _labels(raw_labels, label_columns, label_mode, class_names):
         bad = next(((w, v) for (w, _), v in zip(cells, labels) if v < 0), None)
         if bad:
             raise ManifestError(f"{bad[0]}: label {bad[1]} in column {column!r} is negative")
-        return labels, None, label_mode
+        return labels, None
     strs = [checks.nfc(str(v).strip()) for _, v in cells]
     if class_names is None:
         class_names = sorted(set(strs))
@@ -468,4 +528,4 @@ def _labels(raw_labels, label_columns, label_mode, class_names):
                                 f"class_names {class_names[:20]}"
                                 + checks.look_alike(s, class_names))
         labels.append(lookup[s])
-    return labels, class_names, label_mode
+    return labels, class_names
