@@ -416,82 +416,104 @@ class Augment:
             ValueError: ``image`` is not 3-D, saturation / hue on a non-RGB
                 image, or ``output_size`` without ``random_resized_crop``.
         """
-        image = tf.convert_to_tensor(image)
+        image = self._check_image(tf.convert_to_tensor(image))
+        seed = tf.convert_to_tensor(seed)
+        if self.random_resized_crop is not None:
+            image = self._crop_resized(image, seed, output_size, crop_done, antialias)
+        elif output_size is not None:
+            raise ValueError("`output_size` is the size of the random resized crop; this "
+                             "Augment has random_resized_crop=None. "
+                             f"Received: output_size={output_size!r}")
+        image = self._flips(image, seed)
+        if not (self.has_geometry or self.has_colour):
+            return image
+        static_shape = image.shape
+        x = tf.cast(image, tf.float32)  # 0-255
+        if self.has_geometry:
+            x = self._project(x, seed, self.fill_value, self.interpolation)
+        if self.has_colour:
+            x = self._colour(x / 255.0, seed) * 255.0  # tf.image colour ops take [0, 1]
+        out = transform.to_uint8(x)
+        out.set_shape(static_shape)
+        return out
+
+    def _check_image(self, image):
+        """``image`` when it is a uint8 [h, w, c] image (RGB with saturation or hue)."""
         if image.shape.rank != 3:
             raise ValueError("`image` must be one uint8 image [height, width, channels]. "
                              f"Received: image with shape {image.shape}")
         if image.dtype != tf.uint8:
             raise ValueError("`image` must be uint8. "
                              f"Received: image with dtype {image.dtype.name}")
-        channels = image.shape[-1]
-        if (self.saturation or self.hue) and channels != 3:
+        if (self.saturation or self.hue) and image.shape[-1] != 3:
             raise ValueError("`saturation` and `hue` need RGB images (3 channels). "
                              f"Received: image with shape {image.shape}")
-        seed = tf.convert_to_tensor(seed)
-        if self.random_resized_crop is not None:
-            if output_size is None:
-                shape = tf.shape(image)
-                size = (shape[0], shape[1])
-            else:
-                size = checks.check_image_size(output_size, None, name="output_size")
-            if not crop_done:
-                oy, ox, ch, cw = self.crop_window(tf.shape(image), seed)
-                image = image[oy:oy + ch, ox:ox + cw]
-            if not (crop_done and output_size is not None
-                    and tuple(image.shape[:2]) == tuple(size)):  # (already resized: skip)
-                image = transform.to_uint8(tf.image.resize(
-                    image, size, method=self.interpolation, antialias=antialias),
-                    convex=self.interpolation in transform.CONVEX and not antialias)
-            if output_size is not None:
-                image.set_shape([size[0], size[1], channels])
-        elif output_size is not None:
-            raise ValueError("`output_size` is the size of the random resized crop; this "
-                             "Augment has random_resized_crop=None. "
-                             f"Received: output_size={output_size!r}")
+        return image
+
+    def _crop_resized(self, image, seed, output_size, crop_done, antialias):
+        """The random resized crop of ``__call__``: the window (unless ``crop_done``),
+        resized to ``output_size`` (default: the input size), uint8."""
+        channels = image.shape[-1]
+        if output_size is None:
+            shape = tf.shape(image)
+            size = (shape[0], shape[1])
+        else:
+            size = checks.check_image_size(output_size, None, name="output_size")
+        if not crop_done:
+            oy, ox, ch, cw = self.crop_window(tf.shape(image), seed)
+            image = image[oy:oy + ch, ox:ox + cw]
+        if not (crop_done and output_size is not None
+                and tuple(image.shape[:2]) == tuple(size)):  # (already resized: skip)
+            image = transform.to_uint8(tf.image.resize(
+                image, size, method=self.interpolation, antialias=antialias),
+                convex=self.interpolation in transform.CONVEX and not antialias)
+        if output_size is not None:
+            image.set_shape([size[0], size[1], channels])
+        return image
+
+    def _flips(self, image, seed):
+        """The random flips (an image's or its mask's: the same sub-seeds)."""
         if self.horizontal_flip:
             image = tf.image.stateless_random_flip_left_right(image, _sub_seed(seed, _HFLIP))
         if self.vertical_flip:
             image = tf.image.stateless_random_flip_up_down(image, _sub_seed(seed, _VFLIP))
-        if not (self.has_geometry or self.has_colour):
-            return image
-        static_shape = image.shape
-        x = tf.cast(image, tf.float32)  # 0-255
-        if self.has_geometry:
-            shape = tf.shape(x)
-            x = tf.raw_ops.ImageProjectiveTransformV3(
-                images=x[tf.newaxis],
-                transforms=self._transform_matrix(seed, shape[0], shape[1])[tf.newaxis],
-                output_shape=shape[:2], fill_value=tf.constant(self.fill_value, tf.float32),
-                interpolation=self.interpolation.upper(),
-                fill_mode=self.fill_mode.upper())[0]
-        if self.has_colour:
-            x = x / 255.0  # tf.image colour ops take floats in [0, 1]
-            if self.brightness:
-                x = tf.image.stateless_random_brightness(
-                    x, self.brightness, _sub_seed(seed, _BRIGHT))
-            if self.brightness_range:
-                f = tf.random.stateless_uniform([], _sub_seed(seed, _BRIGHT_RANGE),
-                                                *self.brightness_range)
-                x = x * f
-            if self.contrast:
-                x = tf.clip_by_value(x, 0.0, 1.0)
-                x = tf.image.stateless_random_contrast(
-                    x, 1.0 - self.contrast, 1.0 + self.contrast, _sub_seed(seed, _CONTRAST))
-            if self.saturation:
-                x = tf.clip_by_value(x, 0.0, 1.0)
-                x = tf.image.stateless_random_saturation(
-                    x, 1.0 - self.saturation, 1.0 + self.saturation, _sub_seed(seed, _SAT))
-            if self.hue:
-                x = tf.clip_by_value(x, 0.0, 1.0)
-                x = tf.image.stateless_random_hue(x, self.hue, _sub_seed(seed, _HUE))
-            if self.channel_shift:
-                x = x + tf.random.stateless_uniform(
-                    [], _sub_seed(seed, _CHSHIFT), -self.channel_shift,
-                    self.channel_shift) / 255.0
-            x = x * 255.0
-        out = transform.to_uint8(x)
-        out.set_shape(static_shape)
-        return out
+        return image
+
+    def _project(self, x, seed, fill_value, interpolation: str):
+        """The projective transform (rotation, shift, shear, zoom) of float32 [h, w, c]
+        ``x``, points outside filled by ``fill_mode`` (``fill_value`` when constant)."""
+        shape = tf.shape(x)
+        return tf.raw_ops.ImageProjectiveTransformV3(
+            images=x[tf.newaxis],
+            transforms=self._transform_matrix(seed, shape[0], shape[1])[tf.newaxis],
+            output_shape=shape[:2], fill_value=tf.constant(fill_value, tf.float32),
+            interpolation=interpolation.upper(), fill_mode=self.fill_mode.upper())[0]
+
+    def _colour(self, x, seed):
+        """The photometric ops on float32 ``x`` in [0, 1] (the result may leave it)."""
+        if self.brightness:
+            x = tf.image.stateless_random_brightness(
+                x, self.brightness, _sub_seed(seed, _BRIGHT))
+        if self.brightness_range:
+            f = tf.random.stateless_uniform([], _sub_seed(seed, _BRIGHT_RANGE),
+                                            *self.brightness_range)
+            x = x * f
+        if self.contrast:
+            x = tf.clip_by_value(x, 0.0, 1.0)
+            x = tf.image.stateless_random_contrast(
+                x, 1.0 - self.contrast, 1.0 + self.contrast, _sub_seed(seed, _CONTRAST))
+        if self.saturation:
+            x = tf.clip_by_value(x, 0.0, 1.0)
+            x = tf.image.stateless_random_saturation(
+                x, 1.0 - self.saturation, 1.0 + self.saturation, _sub_seed(seed, _SAT))
+        if self.hue:
+            x = tf.clip_by_value(x, 0.0, 1.0)
+            x = tf.image.stateless_random_hue(x, self.hue, _sub_seed(seed, _HUE))
+        if self.channel_shift:
+            x = x + tf.random.stateless_uniform(
+                [], _sub_seed(seed, _CHSHIFT), -self.channel_shift,
+                self.channel_shift) / 255.0
+        return x
 
     def pair(self, image, mask, seed, output_size: Optional[Sequence[int]] = None,
              pad_value: int = 255):
@@ -548,18 +570,11 @@ class Augment:
             mask = tf.image.resize(mask[oy:oy + ch, ox:ox + cw], size, method="nearest")
             if output_size is not None:
                 mask.set_shape([size[0], size[1], 1])
-        if self.horizontal_flip:
-            mask = tf.image.stateless_random_flip_left_right(mask, _sub_seed(seed, _HFLIP))
-        if self.vertical_flip:
-            mask = tf.image.stateless_random_flip_up_down(mask, _sub_seed(seed, _VFLIP))
+        mask = self._flips(mask, seed)
         if self.has_geometry:
             static_shape = mask.shape
-            shape = tf.shape(mask)
-            mask = tf.cast(tf.raw_ops.ImageProjectiveTransformV3(
-                images=tf.cast(mask, tf.float32)[tf.newaxis],
-                transforms=self._transform_matrix(seed, shape[0], shape[1])[tf.newaxis],
-                output_shape=shape[:2], fill_value=tf.constant(pad_value, tf.float32),
-                interpolation="NEAREST", fill_mode=self.fill_mode.upper())[0], tf.uint8)
+            mask = tf.cast(self._project(tf.cast(mask, tf.float32), seed, pad_value,
+                                         "nearest"), tf.uint8)
             mask.set_shape(static_shape)
         return mask
 
@@ -619,92 +634,116 @@ class Augment:
             TypeError: a name that is not an ImageDataGenerator argument (the
                 message names it and the closest valid name).
         """
-        known = {"featurewise_center", "samplewise_center", "featurewise_std_normalization",
-                 "samplewise_std_normalization", "zca_whitening", "zca_epsilon",
-                 "rotation_range", "width_shift_range", "height_shift_range",
-                 "brightness_range", "shear_range", "zoom_range", "channel_shift_range",
-                 "fill_mode", "cval", "horizontal_flip", "vertical_flip", "rescale",
-                 "preprocessing_function", "data_format", "validation_split", "dtype",
-                 "interpolation_order"}
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
-            # "... got an unexpected keyword argument 'rotation_rang' (did you mean
-            # 'rotation_range'?)", or the valid names when none is close
-            raise checks.unknown_keywords("Augment.from_image_data_generator", unknown, known)
-        why = {
-            "featurewise_center": "needs the dataset mean; use keras.layers.Normalization "
-                                  "adapted on a sample, in the model",
-            "featurewise_std_normalization": "needs dataset statistics; use "
-                                             "keras.layers.Normalization in the model",
-            "zca_whitening": "needs the whitening matrix of the whole dataset; whiten in the "
-                             "model instead (a ZCA matrix computed once on a sample, applied "
-                             "as a fixed Dense/1x1 layer), or use keras.layers.Normalization "
-                             "adapted on a sample",
-            "samplewise_center": "gives float per-image standardised outputs; use "
-                                 "tf.image.per_image_standardization in the model",
-            "samplewise_std_normalization": "gives float per-image standardised outputs; use "
-                                            "tf.image.per_image_standardization in the model",
-            "preprocessing_function": "is Python per image (holds the GIL in the hot "
-                                      "path); apply tf ops in a Dataset.map or in the model",
-        }
-        for name, reason in why.items():
-            v = kwargs.get(name)
-            if v not in (None, False):
-                raise ValueError(f"`{name}` is not supported: it {reason}. "
-                                 f"{checks.received(name, v)}")
-        df = kwargs.get("data_format")
-        if df not in (None, "channels_last"):
-            raise _err("`data_format` must be 'channels_last' (tf.data images are "
-                       "[height, width, channels]).", "data_format", df)
-        args = {"fill_mode": kwargs.get("fill_mode", "nearest"),
-                "fill_value": kwargs.get("cval", 0.0)}
-        if "cval" in kwargs:
-            _check_range("cval", kwargs["cval"], 0.0, 255.0)
-        if args["fill_mode"] not in FILL_MODES:
-            raise _err(f"`fill_mode` must be one of {list(FILL_MODES)}.", "fill_mode",
-                       args["fill_mode"])
-        simple = {"rotation_range": "rotation", "shear_range": "shear",
-                  "channel_shift_range": "channel_shift", "horizontal_flip": "horizontal_flip",
-                  "vertical_flip": "vertical_flip"}
-        for k, a in simple.items():
-            if k in kwargs:
-                args[a] = kwargs[k]
-        for k, a in (("width_shift_range", "width_shift"), ("height_shift_range", "height_shift")):
-            if k in kwargs:
-                v = kwargs[k]
-                if not _is_num(v) or v < 0:
-                    raise _err(f"`{k}` must be a number >= 0 (lists of discrete shifts are "
-                               "not supported).", k, v)
-                args[a] = v
-        if "zoom_range" in kwargs:
-            z = kwargs["zoom_range"]
-            if _is_num(z):
-                if not 0 <= z < 1:
-                    raise _err("`zoom_range` must be a float in [0, 1) or [lower, upper].",
-                               "zoom_range", z)
-                args["zoom"] = z
-            else:
-                args["zoom"] = _check_pair("zoom_range", z, positive=True)
-        if kwargs.get("brightness_range") is not None:
-            args["brightness_range"] = _check_pair("brightness_range",
-                                                   kwargs["brightness_range"], 0.0)
-        order = kwargs.get("interpolation_order", 1)
-        if order not in (0, 1) or isinstance(order, bool):
-            raise _err("`interpolation_order` must be 0 (nearest) or 1 (bilinear).",
-                       "interpolation_order", order)
-        args["interpolation"] = "nearest" if order == 0 else "bilinear"
-        aug = cls(**args)
-        factory = {}
-        rescale = kwargs.get("rescale")
-        if rescale not in (None, 0, 1, 1.0):
-            if not _is_num(rescale) or rescale < 0:
-                raise _err("`rescale` must be None, 0 or a positive number.", "rescale", rescale)
-            factory["dtype"] = tf.float32
-            if not math.isclose(rescale * 255.0, 1.0, rel_tol=1e-6):
-                factory["normalize"] = (0.0, 1.0 / (255.0 * rescale))
-        if kwargs.get("dtype") is not None:
-            factory["dtype"] = kwargs["dtype"]
-        if kwargs.get("validation_split"):
-            factory["validation_split"] = kwargs["validation_split"]
-        aug.factory_options = factory
+        _refuse_idg_arguments(kwargs)
+        aug = cls(**_idg_augment_args(kwargs))
+        aug.factory_options = _idg_factory_options(kwargs)
         return aug
+
+
+# ImageDataGenerator's arguments (keras.preprocessing.image.ImageDataGenerator).
+_IDG_ARGUMENTS = frozenset({
+    "featurewise_center", "samplewise_center", "featurewise_std_normalization",
+    "samplewise_std_normalization", "zca_whitening", "zca_epsilon",
+    "rotation_range", "width_shift_range", "height_shift_range",
+    "brightness_range", "shear_range", "zoom_range", "channel_shift_range",
+    "fill_mode", "cval", "horizontal_flip", "vertical_flip", "rescale",
+    "preprocessing_function", "data_format", "validation_split", "dtype",
+    "interpolation_order"})
+# Those left out, and why (refused unless None or False).
+_IDG_UNSUPPORTED = {
+    "featurewise_center": "needs the dataset mean; use keras.layers.Normalization "
+                          "adapted on a sample, in the model",
+    "featurewise_std_normalization": "needs dataset statistics; use "
+                                     "keras.layers.Normalization in the model",
+    "zca_whitening": "needs the whitening matrix of the whole dataset; whiten in the "
+                     "model instead (a ZCA matrix computed once on a sample, applied "
+                     "as a fixed Dense/1x1 layer), or use keras.layers.Normalization "
+                     "adapted on a sample",
+    "samplewise_center": "gives float per-image standardised outputs; use "
+                         "tf.image.per_image_standardization in the model",
+    "samplewise_std_normalization": "gives float per-image standardised outputs; use "
+                                    "tf.image.per_image_standardization in the model",
+    "preprocessing_function": "is Python per image (holds the GIL in the hot "
+                              "path); apply tf ops in a Dataset.map or in the model",
+}
+# ImageDataGenerator argument -> the Augment argument that takes its value as it is.
+_IDG_SAME = {"rotation_range": "rotation", "shear_range": "shear",
+            "channel_shift_range": "channel_shift", "horizontal_flip": "horizontal_flip",
+            "vertical_flip": "vertical_flip"}
+
+
+def _refuse_idg_arguments(kwargs) -> None:
+    """Raises for an ImageDataGenerator argument ``from_image_data_generator`` does not
+    know (TypeError), one it leaves out set active, or data_format not channels_last."""
+    unknown = sorted(set(kwargs) - _IDG_ARGUMENTS)
+    if unknown:
+        # "... got an unexpected keyword argument 'rotation_rang' (did you mean
+        # 'rotation_range'?)", or the valid names when none is close
+        raise checks.unknown_keywords("Augment.from_image_data_generator", unknown,
+                                      set(_IDG_ARGUMENTS))
+    for name, reason in _IDG_UNSUPPORTED.items():
+        v = kwargs.get(name)
+        if v not in (None, False):
+            raise ValueError(f"`{name}` is not supported: it {reason}. "
+                             f"{checks.received(name, v)}")
+    df = kwargs.get("data_format")
+    if df not in (None, "channels_last"):
+        raise _err("`data_format` must be 'channels_last' (tf.data images are "
+                   "[height, width, channels]).", "data_format", df)
+
+
+def _idg_augment_args(kwargs) -> dict:
+    """The ``Augment`` arguments of ImageDataGenerator ``kwargs``."""
+    args = {"fill_mode": kwargs.get("fill_mode", "nearest"),
+            "fill_value": kwargs.get("cval", 0.0)}
+    if "cval" in kwargs:
+        _check_range("cval", kwargs["cval"], 0.0, 255.0)
+    if args["fill_mode"] not in FILL_MODES:
+        raise _err(f"`fill_mode` must be one of {list(FILL_MODES)}.", "fill_mode",
+                   args["fill_mode"])
+    for k, a in _IDG_SAME.items():
+        if k in kwargs:
+            args[a] = kwargs[k]
+    for k, a in (("width_shift_range", "width_shift"), ("height_shift_range", "height_shift")):
+        if k in kwargs:
+            v = kwargs[k]
+            if not _is_num(v) or v < 0:
+                raise _err(f"`{k}` must be a number >= 0 (lists of discrete shifts are "
+                           "not supported).", k, v)
+            args[a] = v
+    if "zoom_range" in kwargs:
+        z = kwargs["zoom_range"]
+        if _is_num(z):
+            if not 0 <= z < 1:
+                raise _err("`zoom_range` must be a float in [0, 1) or [lower, upper].",
+                           "zoom_range", z)
+            args["zoom"] = z
+        else:
+            args["zoom"] = _check_pair("zoom_range", z, positive=True)
+    if kwargs.get("brightness_range") is not None:
+        args["brightness_range"] = _check_pair("brightness_range",
+                                               kwargs["brightness_range"], 0.0)
+    order = kwargs.get("interpolation_order", 1)
+    if order not in (0, 1) or isinstance(order, bool):
+        raise _err("`interpolation_order` must be 0 (nearest) or 1 (bilinear).",
+                   "interpolation_order", order)
+    args["interpolation"] = "nearest" if order == 0 else "bilinear"
+    return args
+
+
+def _idg_factory_options(kwargs) -> dict:
+    """The factory options of ImageDataGenerator ``kwargs``: rescale (as dtype and
+    normalize), dtype, validation_split."""
+    factory = {}
+    rescale = kwargs.get("rescale")
+    if rescale not in (None, 0, 1, 1.0):
+        if not _is_num(rescale) or rescale < 0:
+            raise _err("`rescale` must be None, 0 or a positive number.", "rescale", rescale)
+        factory["dtype"] = tf.float32
+        if not math.isclose(rescale * 255.0, 1.0, rel_tol=1e-6):
+            factory["normalize"] = (0.0, 1.0 / (255.0 * rescale))
+    if kwargs.get("dtype") is not None:
+        factory["dtype"] = kwargs["dtype"]
+    if kwargs.get("validation_split"):
+        factory["validation_split"] = kwargs["validation_split"]
+    return factory
