@@ -357,32 +357,38 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
     to JPEG library in state 201", ...) are dropped: the report names each such
     file "truncated JPEG (no end-of-image marker)".
     """
-    from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
-
     opts = config.make_options(
         "scan", max_pixels=config.DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels,
         num_parallel_calls=num_parallel_calls, image_size=None, batch_size=None)
     decoder, _ = assemble.make_stages(idx, opts, full_graph=True)
-    pre = [idx.errors.get(k, "") for k in range(len(idx))]
+    rows = _ScanRows(idx, decoder)
+    rows.read(_probe_dataset(idx, decoder, opts), progress, desc)
+    return rows.report()
 
+
+def _head_size(contents):
+    """The first 4 KB; a JPEG's bytes up to its frame header when that lies further
+    (after a large ICC profile or EXIF thumbnail), at most MAX_HEAD_BYTES."""
+    jpeg = tf.equal(tf.strings.substr(contents, 0, 3), b"\xff\xd8\xff")
+    sof = tf.cond(jpeg, lambda: decode_lib.jpeg_sof_offset(contents),
+                  lambda: tf.constant(-1, tf.int64))
+    return tf.clip_by_value(sof + 20, HEAD_BYTES, MAX_HEAD_BYTES)
+
+
+def _probe_dataset(idx: index_lib.Index, decoder, opts) -> tf.data.Dataset:
+    """(row, decoded [height, width], reason or "", the file's head bytes) of each file
+    of ``idx`` the decoder does not raise on, in index order, in graph."""
+    pre = [idx.errors.get(k, "") for k in range(len(idx))]
     fetch = bool(read.needs_fetch(idx.paths))  # fsspec: fetched before, many at a time
 
     def probe(k, path, pre_error, fetched):
         def load():
             contents = fetched if fetch else tf.io.read_file(path)
             image, reason = decoder.decode(contents)
-            head = tf.strings.substr(contents, tf.constant(0, tf.int64), head_size(contents))
+            head = tf.strings.substr(contents, tf.constant(0, tf.int64), _head_size(contents))
             return tf.shape(image)[:2], reason, head
         return (k,) + tf.cond(tf.strings.length(pre_error) > 0,
                               lambda: (tf.constant([0, 0]), pre_error, tf.constant(b"")), load)
-
-    def head_size(contents):
-        # The first 4 KB; a JPEG's bytes up to its frame header when that lies further
-        # (after a large ICC profile or EXIF thumbnail), at most MAX_HEAD_BYTES.
-        jpeg = tf.equal(tf.strings.substr(contents, 0, 3), b"\xff\xd8\xff")
-        sof = tf.cond(jpeg, lambda: decode_lib.jpeg_sof_offset(contents),
-                      lambda: tf.constant(-1, tf.int64))
-        return tf.clip_by_value(sof + 20, HEAD_BYTES, MAX_HEAD_BYTES)
 
     ds = tf.data.Dataset.from_tensor_slices((tf.range(len(idx), dtype=tf.int64),
                                              read.path_bytes(idx.paths), pre,
@@ -402,74 +408,98 @@ def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
     ds = ds.ignore_errors()
     o = tf.data.Options()
     o.autotune.enabled = False
-    ds = ds.prefetch(16).with_options(o)
+    return ds.prefetch(16).with_options(o)
 
-    bad, sides, row_fmt, row_variant = [], collections.Counter(), {}, {}
 
-    def why(k):
-        contents, err = read.try_read(idx.paths[k])
-        row_fmt[k] = formats.sniff_bytes(contents[:16]) if contents else None
-        row_variant[k] = UNREADABLE if err else _variant_row(contents)
-        if contents and decoder.takes_fallback(contents[:HEAD_BYTES],
-                                               lambda o, n: contents[o:o + n]):
-            row_variant[k] += FALLBACK_MARK
-        return guard.diagnose(contents, err, decoder.decode, lambda img: img)
+class _ScanRows:
+    """What ``scan_index`` learns of each row: ``bad`` ((row, reason)), ``sides``
+    (a Counter of the good images' longer sides, by bucket), ``row_fmt`` (row ->
+    sniffed format or None) and ``row_variant`` (row -> encoding variant)."""
 
-    # The bar advances by rows, not by elements: an element whose decoder raised
-    # (a truncated JPEG) never arrives, and is counted when the next one does
-    # (or at the end), so the bar reaches the file count.
-    bar = tqdm(total=len(idx), unit="file", desc=desc, disable=not progress, file=sys.stderr)
-    done = -1
-    with bar, native_stderr.dropping(native_stderr.TRUNCATED_JPEG):
-        for k, shape, reason, head in ds.as_numpy_iterator():
-            bar.update(int(k) - done)
-            done = int(k)
-            reason = reason.decode("utf-8", "replace")
-            row_fmt[int(k)] = formats.sniff_bytes(head) if head else None
-            if len(head) >= MAX_HEAD_BYTES:  # a JPEG's frame header may lie further still
-                with read.RangeReader(idx.paths[int(k)]) as more:
-                    row_variant[int(k)] = _variant_row(head, more)
-            elif head:
-                row_variant[int(k)] = _variant_row(head)
-            if head and _takes_fallback(decoder, head, idx.paths[int(k)]):
-                row_variant[int(k)] += FALLBACK_MARK
-            if reason:
-                bad.append((int(k), reason))
-            else:
-                sides[_bucket_label_side(int(max(shape)))] += 1
-        bar.update(len(idx) - 1 - done)
-        bad += [(k, why(k)) for k in range(len(idx)) if k not in row_fmt]
-    for k in range(len(idx)):
-        if k not in row_variant:  # refused before reading (e.g. missing), or empty
-            with read.RangeReader(idx.paths[k]) as more:
-                head = more(0, HEAD_BYTES)
-                row_variant[k] = UNREADABLE if more.failed else _variant_row(head, more)
-    variants = collections.Counter(row_variant.values())
-    slow_n, slow_s = decoder.fallback_stats
-    bad = [{"path": idx.paths[k], "reason": reason} for k, reason in sorted(bad)]
-    per_class = {}
-    if idx.class_names and idx.label_kind == "int":
-        counts = collections.Counter(idx.labels.tolist())
-        per_class = {c: counts.get(i, 0) for i, c in enumerate(idx.class_names)}
-    sizes = idx.sizes()
-    byte_hist = collections.Counter(_bucket_label_bytes(int(b)) if b >= 0 else NO_SIZE
-                                    for b in sizes)
-    order_b, order_s = BYTE_LABELS + [NO_SIZE], SIDE_LABELS
-    fmts = collections.Counter(f or "unknown" for f in row_fmt.values())
-    mism = [{"path": p, "extension": os.path.splitext(p)[1], "format": row_fmt[k]}
-            for k, p in enumerate(idx.paths)
-            if row_fmt.get(k) and formats.from_extension(p) not in (None, row_fmt[k])]
-    return ScanReport(
-        num_files=len(idx), num_ok=len(idx) - len(bad), per_class=per_class,
-        per_format=dict(fmts.most_common()),
-        file_bytes_histogram={k: byte_hist[k] for k in order_b if byte_hist[k]},
-        max_side_histogram={k: sides[k] for k in order_s if sides[k]},
-        extension_mismatches=mism, bad_files=bad,
-        total_bytes=int(sizes.clip(0).sum()), per_variant=dict(variants.most_common()),
-        left_out=list(idx.left_out), in_no_class=list(idx.in_no_class), stack=stack_line(),
-        duplicates=[{"path": p, "lines": list(ls)} for p, ls in idx.duplicates.items()],
-        unlistable_folders=[{"path": p, "reason": r} for p, r in idx.unlisted.items()],
-        links_not_read=[{"path": p, "reason": r} for p, r in idx.links.items()],
-        fallback_files=sum(1 for v in row_variant.values() if v.endswith(FALLBACK_MARK)),
-        fallback_ms_per_file=round(1000 * slow_s / slow_n, 2) if slow_n else None)
+    def __init__(self, idx: index_lib.Index, decoder):
+        self.idx, self.decoder = idx, decoder
+        self.bad, self.sides, self.row_fmt, self.row_variant = [], collections.Counter(), {}, {}
+
+    def read(self, ds: tf.data.Dataset, progress: bool, desc: str) -> None:
+        """Records every element of ``_probe_dataset``, then diagnoses the rows that
+        never arrived (their decoder raised) from their bytes."""
+        from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+
+        idx = self.idx
+        # The bar advances by rows, not by elements: an element whose decoder raised
+        # (a truncated JPEG) never arrives, and is counted when the next one does
+        # (or at the end), so the bar reaches the file count.
+        bar = tqdm(total=len(idx), unit="file", desc=desc, disable=not progress,
+                   file=sys.stderr)
+        done = -1
+        with bar, native_stderr.dropping(native_stderr.TRUNCATED_JPEG):
+            for k, shape, reason, head in ds.as_numpy_iterator():
+                bar.update(int(k) - done)
+                done = int(k)
+                self._record(int(k), shape, reason.decode("utf-8", "replace"), head)
+            bar.update(len(idx) - 1 - done)
+            self.bad += [(k, self._why(k)) for k in range(len(idx)) if k not in self.row_fmt]
+        for k in range(len(idx)):
+            if k not in self.row_variant:  # refused before reading (e.g. missing), or empty
+                with read.RangeReader(idx.paths[k]) as more:
+                    head = more(0, HEAD_BYTES)
+                    self.row_variant[k] = (UNREADABLE if more.failed else
+                                           _variant_row(head, more))
+
+    def _record(self, k: int, shape, reason: str, head: bytes) -> None:
+        self.row_fmt[k] = formats.sniff_bytes(head) if head else None
+        if len(head) >= MAX_HEAD_BYTES:  # a JPEG's frame header may lie further still
+            with read.RangeReader(self.idx.paths[k]) as more:
+                self.row_variant[k] = _variant_row(head, more)
+        elif head:
+            self.row_variant[k] = _variant_row(head)
+        if head and _takes_fallback(self.decoder, head, self.idx.paths[k]):
+            self.row_variant[k] += FALLBACK_MARK
+        if reason:
+            self.bad.append((k, reason))
+        else:
+            self.sides[_bucket_label_side(int(max(shape)))] += 1
+
+    def _why(self, k: int) -> str:
+        """The reason row ``k``'s decoder raised, from its bytes (the rare path)."""
+        contents, err = read.try_read(self.idx.paths[k])
+        self.row_fmt[k] = formats.sniff_bytes(contents[:16]) if contents else None
+        self.row_variant[k] = UNREADABLE if err else _variant_row(contents)
+        if contents and self.decoder.takes_fallback(contents[:HEAD_BYTES],
+                                                    lambda o, n: contents[o:o + n]):
+            self.row_variant[k] += FALLBACK_MARK
+        return guard.diagnose(contents, err, self.decoder.decode, lambda img: img)
+
+    def report(self) -> ScanReport:
+        """The ``ScanReport`` of the rows read."""
+        idx, row_fmt, row_variant = self.idx, self.row_fmt, self.row_variant
+        variants = collections.Counter(row_variant.values())
+        slow_n, slow_s = self.decoder.fallback_stats
+        bad = [{"path": idx.paths[k], "reason": reason} for k, reason in sorted(self.bad)]
+        per_class = {}
+        if idx.class_names and idx.label_kind == "int":
+            counts = collections.Counter(idx.labels.tolist())
+            per_class = {c: counts.get(i, 0) for i, c in enumerate(idx.class_names)}
+        sizes = idx.sizes()
+        byte_hist = collections.Counter(_bucket_label_bytes(int(b)) if b >= 0 else NO_SIZE
+                                        for b in sizes)
+        fmts = collections.Counter(f or "unknown" for f in row_fmt.values())
+        mism = [{"path": p, "extension": os.path.splitext(p)[1], "format": row_fmt[k]}
+                for k, p in enumerate(idx.paths)
+                if row_fmt.get(k) and formats.from_extension(p) not in (None, row_fmt[k])]
+        return ScanReport(
+            num_files=len(idx), num_ok=len(idx) - len(bad), per_class=per_class,
+            per_format=dict(fmts.most_common()),
+            file_bytes_histogram={k: byte_hist[k] for k in BYTE_LABELS + [NO_SIZE]
+                                  if byte_hist[k]},
+            max_side_histogram={k: self.sides[k] for k in SIDE_LABELS if self.sides[k]},
+            extension_mismatches=mism, bad_files=bad,
+            total_bytes=int(sizes.clip(0).sum()), per_variant=dict(variants.most_common()),
+            left_out=list(idx.left_out), in_no_class=list(idx.in_no_class),
+            stack=stack_line(),
+            duplicates=[{"path": p, "lines": list(ls)} for p, ls in idx.duplicates.items()],
+            unlistable_folders=[{"path": p, "reason": r} for p, r in idx.unlisted.items()],
+            links_not_read=[{"path": p, "reason": r} for p, r in idx.links.items()],
+            fallback_files=sum(1 for v in row_variant.values() if v.endswith(FALLBACK_MARK)),
+            fallback_ms_per_file=round(1000 * slow_s / slow_n, 2) if slow_n else None)
 
