@@ -333,76 +333,18 @@ def _index_directory(directory, labels="inferred", class_names=None,
         ValueError: not a folder, no class folders, an unknown class name,
             bad labels, or no images.
     """
-    if not isinstance(directory, (str, os.PathLike)):
-        raise ValueError("`directory` must be a folder path (str or PathLike) or a URI. "
-                         f"{checks.received('directory', directory)}")
-    directory = os.fspath(directory)
-    remote = read.is_remote(directory)
-    if remote:
-        directory = directory.rstrip("/")
-        read.ensure_filesystem(directory)
-    if not read.isdir(directory):
-        if read.exists(directory):
-            raise ValueError(f"`directory` is not a folder. Received: directory={directory!r}")
-        raise FileNotFoundError(f"`directory` does not exist: {directory!r}"
-                                + (" (check the URI and its credentials)" if remote else
-                                   checks.not_found_hint(directory)))
+    directory, remote = _check_directory(directory)
     class_names = checks.check_class_names(class_names)
-    paths: List[str] = []
-    errors: Dict[int, str] = {}
-    left_out: List[str] = []
     in_no_class: List[str] = []
     unlisted: Dict[str, str] = {}
     links: Dict[str, str] = {}
     label_list = None
     if isinstance(labels, str) and labels == "inferred":
-        entries = read.listdir(directory)
-        if not remote:  # a dangling link where a class folder was meant
-            for n, is_dir in entries:
-                p = read.join(directory, n)
-                if not is_dir and not read.is_hidden(n) and os.path.islink(p):
-                    if read.link_problem(p) and not n.lower().endswith(
-                            formats.IMAGE_EXTENSIONS):
-                        links[p] = read.link_problem(p)
-        subdirs = [n for n, is_dir in entries if is_dir and not read.is_hidden(n)]
-        in_no_class = [read.join(directory, n) for n, is_dir in entries
-                       if not is_dir and not read.is_hidden(n)
-                       and n.lower().endswith(formats.IMAGE_EXTENSIONS)]
-        if not subdirs:
-            held = (f" ({len(in_no_class)} image file(s) lie directly in it)" if in_no_class
-                    else "")
-            raise ValueError(
-                "`directory` needs class sub-folders (a file's class is the name of its "
-                f"sub-folder), but it has none{held}. {checks.NO_CLASS_HINT} Received: "
-                f"directory={directory!r}")
+        subdirs, in_no_class = _class_entries(directory, remote, links)
         folders = class_folders(subdirs, directory)
-        if class_names is not None:
-            missing = [c for c in class_names if c not in folders]
-            if missing:
-                hint = "".join(checks.look_alike(c, subdirs) for c in missing)
-                raise ValueError(
-                    f"`class_names` names folder(s) that do not exist in {directory!r}: "
-                    f"{missing}. Existing class folders: {subdirs[:20]}"
-                    f"{'...' if len(subdirs) > 20 else ''}{hint}. "
-                    f"Received: class_names={class_names!r}")
-        else:
-            class_names = sorted(folders)
-        counts, empty = [], []
-        for name in class_names:
-            files, errs = [], {}
-            for folder in folders[name]:  # one folder, or the NFC and NFD folders of a name
-                f, e, skipped = list_images(read.join(directory, folder), follow_links,
-                                            directory, unlisted, links)
-                errs.update({len(files) + k: v for k, v in e.items()})
-                files.extend(f)
-                left_out.extend(skipped)
-            errors.update({len(paths) + k: e for k, e in errs.items()})
-            paths.extend(files)
-            counts.append(len(files))
-            if not files:
-                empty.append(name)
-        if empty:
-            logging.warning("pipeline: class folder(s) with no images: %s", empty)
+        class_names = _chosen_classes(folders, subdirs, class_names, directory)
+        paths, errors, left_out, counts = _list_classes(
+            directory, folders, class_names, follow_links, unlisted, links)
         label_list = np.repeat(np.arange(len(class_names), dtype=np.int64), counts)
     else:
         paths, errors, left_out = list_images(directory, follow_links, None, unlisted, links)
@@ -426,6 +368,96 @@ def _index_directory(directory, labels="inferred", class_names=None,
                             f"{next(iter(unlisted))!r})" if unlisted else ""))
     return Index(paths, label_list, class_names, None, check_tiffs(paths, errors), left_out,
                  in_no_class=in_no_class, unlisted=unlisted, links=links)
+
+
+def _check_directory(directory):
+    """(``directory`` as a str, whether it is remote) when it is an existing folder."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ValueError("`directory` must be a folder path (str or PathLike) or a URI. "
+                         f"{checks.received('directory', directory)}")
+    directory = os.fspath(directory)
+    remote = read.is_remote(directory)
+    if remote:
+        directory = directory.rstrip("/")
+        read.ensure_filesystem(directory)
+    if not read.isdir(directory):
+        if read.exists(directory):
+            raise ValueError(f"`directory` is not a folder. Received: directory={directory!r}")
+        raise FileNotFoundError(f"`directory` does not exist: {directory!r}"
+                                + (" (check the URI and its credentials)" if remote else
+                                   checks.not_found_hint(directory)))
+    return directory, remote
+
+
+def _class_entries(directory: str, remote: bool, links: Dict[str, str]):
+    """(the class sub-folders' names, the image files directly in ``directory``);
+    dangling links where a class folder was meant are added to ``links``.
+
+    Raises:
+        ValueError: ``directory`` has no class sub-folder.
+    """
+    entries = read.listdir(directory)
+    if not remote:  # a dangling link where a class folder was meant
+        for n, is_dir in entries:
+            p = read.join(directory, n)
+            if not is_dir and not read.is_hidden(n) and os.path.islink(p):
+                if read.link_problem(p) and not n.lower().endswith(
+                        formats.IMAGE_EXTENSIONS):
+                    links[p] = read.link_problem(p)
+    subdirs = [n for n, is_dir in entries if is_dir and not read.is_hidden(n)]
+    in_no_class = [read.join(directory, n) for n, is_dir in entries
+                   if not is_dir and not read.is_hidden(n)
+                   and n.lower().endswith(formats.IMAGE_EXTENSIONS)]
+    if not subdirs:
+        held = (f" ({len(in_no_class)} image file(s) lie directly in it)" if in_no_class
+                else "")
+        raise ValueError(
+            "`directory` needs class sub-folders (a file's class is the name of its "
+            f"sub-folder), but it has none{held}. {checks.NO_CLASS_HINT} Received: "
+            f"directory={directory!r}")
+    return subdirs, in_no_class
+
+
+def _chosen_classes(folders, subdirs, class_names, directory: str) -> List[str]:
+    """``class_names`` when every one is a folder (ValueError naming those that are
+    not), or the sorted class folder names."""
+    if class_names is None:
+        return sorted(folders)
+    missing = [c for c in class_names if c not in folders]
+    if missing:
+        hint = "".join(checks.look_alike(c, subdirs) for c in missing)
+        raise ValueError(
+            f"`class_names` names folder(s) that do not exist in {directory!r}: "
+            f"{missing}. Existing class folders: {subdirs[:20]}"
+            f"{'...' if len(subdirs) > 20 else ''}{hint}. "
+            f"Received: class_names={class_names!r}")
+    return class_names
+
+
+def _list_classes(directory: str, folders, class_names, follow_links: bool,
+                  unlisted: Dict[str, str], links: Dict[str, str]):
+    """(paths, errors by row, files left out, files per class) of the class folders,
+    class by class; warns of the classes with no images."""
+    paths: List[str] = []
+    errors: Dict[int, str] = {}
+    left_out: List[str] = []
+    counts, empty = [], []
+    for name in class_names:
+        files, errs = [], {}
+        for folder in folders[name]:  # one folder, or the NFC and NFD folders of a name
+            f, e, skipped = list_images(read.join(directory, folder), follow_links,
+                                        directory, unlisted, links)
+            errs.update({len(files) + k: v for k, v in e.items()})
+            files.extend(f)
+            left_out.extend(skipped)
+        errors.update({len(paths) + k: e for k, e in errs.items()})
+        paths.extend(files)
+        counts.append(len(files))
+        if not files:
+            empty.append(name)
+    if empty:
+        logging.warning("pipeline: class folder(s) with no images: %s", empty)
+    return paths, errors, left_out, counts
 
 
 def index_paths(paths, labels=None, class_names=None) -> Index:
