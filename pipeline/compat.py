@@ -103,14 +103,7 @@ def get_batch(paths: Sequence[str], labels: Sequence[Any], img_w: int, img_h: in
     Raises:
         ValueError: a bad argument, naming it and the value received.
     """
-    for name, value in (("capacity", capacity), ("num_threads", num_threads),
-                        ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be an int >= 1. Received: {name}={value!r}")
-    if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(
-            num_epochs, int) or num_epochs < 1):
-        raise ValueError(f"`num_epochs` must be None or an int >= 1. Received: "
-                         f"num_epochs={num_epochs!r}")
+    _check_queue_args(capacity, num_threads, batch_size, num_epochs)
     base = sources.from_paths(
         paths, labels=labels, image_size=(img_h, img_w), channels=channels,
         batch_size=None, shuffle=shuffle, seed=seed, num_parallel_calls=num_threads,
@@ -124,6 +117,18 @@ def get_batch(paths: Sequence[str], labels: Sequence[Any], img_w: int, img_h: in
                     batch_size=batch_size, drop_remainder=num_epochs is None,
                     prefetch=max(1, capacity // batch_size))
     return _copy_attrs(base, ds)
+
+
+def _check_queue_args(capacity, num_threads, batch_size, num_epochs) -> None:
+    """Raises ValueError for ``get_batch``'s counts: not ints >= 1 (``num_epochs``: or None)."""
+    for name, value in (("capacity", capacity), ("num_threads", num_threads),
+                        ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"`{name}` must be an int >= 1. Received: {name}={value!r}")
+    if num_epochs is not None and (isinstance(num_epochs, bool) or not isinstance(
+            num_epochs, int) or num_epochs < 1):
+        raise ValueError(f"`num_epochs` must be None or an int >= 1. Received: "
+                         f"num_epochs={num_epochs!r}")
 
 
 # --- Keras fit_generator-style generators -----------------------------------------
@@ -206,46 +211,52 @@ def from_keras_generator(generator, output_signature=None,
             endless ``PyDataset`` without ``steps``, or the first batch is not
             numeric (when inferring).
     """
+    make, first = _epochs(generator, steps, shuffle, seed)
+    if output_signature is None:
+        output_signature = tf.nest.map_structure(_spec_of, _as_tuple(first()))
+    output_signature = _as_tuple(output_signature)
+
+    def gen():
+        for batch in make():
+            yield _as_tuple(batch)
+
+    return plan.order(lambda _: (tf.data.Dataset.from_generator(
+        gen, output_signature=output_signature), None), prefetch=1)
+
+
+def _as_tuple(batch):
+    """A list (a batch's parts, or a signature) as a tuple; anything else as it is."""
+    return tuple(batch) if isinstance(batch, list) else batch
+
+
+def _epochs(generator, steps, shuffle, seed):
+    """(``make()``: an iterable of one epoch's batches, ``first()``: the first batch)
+    for the kind of ``generator`` (see ``from_keras_generator``)."""
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ValueError(f"`steps` must be None or an int >= 1. Received: steps={steps!r}")
     if not isinstance(shuffle, bool):
         raise ValueError(f"`shuffle` must be a bool. Received: shuffle={shuffle!r}")
     if hasattr(generator, "__getitem__") and (hasattr(generator, "__len__")
                                               or hasattr(generator, "num_batches")):
-        make, first = _sequence_epochs(generator, steps, shuffle, seed)
-    else:
-        if shuffle:
-            raise ValueError(
-                "`shuffle=True` applies to a keras Sequence/PyDataset only (a generator "
-                "is expected to yield shuffled data, as in Keras). Received: "
-                f"shuffle=True with generator={type(generator).__name__}")
-        if callable(generator) and not inspect.isgenerator(generator):
-            def make():
-                batches = generator()
-                return batches if steps is None else itertools.islice(batches, steps)
+        return _sequence_epochs(generator, steps, shuffle, seed)
+    if shuffle:
+        raise ValueError(
+            "`shuffle=True` applies to a keras Sequence/PyDataset only (a generator "
+            "is expected to yield shuffled data, as in Keras). Received: "
+            f"shuffle=True with generator={type(generator).__name__}")
+    if callable(generator) and not inspect.isgenerator(generator):
+        def make():
+            batches = generator()
+            return batches if steps is None else itertools.islice(batches, steps)
 
-            def first():
-                return next(iter(generator()))
-        elif hasattr(generator, "__next__"):
-            make, first = _stream_epochs(generator, steps)
-        else:
-            raise ValueError(
-                "`generator` must be a callable returning an iterable, a generator, or a "
-                f"keras Sequence/PyDataset. Received: generator={type(generator).__name__}")
-
-    if output_signature is None:
-        batch = first()
-        output_signature = tf.nest.map_structure(_spec_of, tuple(batch) if isinstance(
-            batch, list) else batch)
-    if isinstance(output_signature, list):
-        output_signature = tuple(output_signature)
-
-    def gen():
-        for batch in make():
-            yield tuple(batch) if isinstance(batch, list) else batch
-
-    return plan.order(lambda _: (tf.data.Dataset.from_generator(
-        gen, output_signature=output_signature), None), prefetch=1)
+        def first():
+            return next(iter(generator()))
+        return make, first
+    if hasattr(generator, "__next__"):
+        return _stream_epochs(generator, steps)
+    raise ValueError(
+        "`generator` must be a callable returning an iterable, a generator, or a "
+        f"keras Sequence/PyDataset. Received: generator={type(generator).__name__}")
 
 
 def _ran_out_warning(kind: str, steps: int, got: int) -> None:
@@ -458,6 +469,21 @@ def flow_from_directory(directory, target_size=(256, 256), color_mode="rgb", cla
         ValueError: an option without equivalent, or a bad value, naming it.
     """
     _refuse_options(generator_options)
+    common = _flow_options(target_size, color_mode, class_mode, batch_size, shuffle, seed,
+                           interpolation, keep_aspect_ratio, rescale)
+    if subset is None:
+        # Keras ignores validation_split without a subset: every file.
+        labels = None if class_mode in ("input", None) else "inferred"
+        ds = sources.from_directory(directory, labels=labels, class_names=classes,
+                                    follow_links=follow_links, **common)
+        return _autoencoder(ds) if class_mode == "input" else ds
+    return _keras_subset(directory, subset, validation_split, classes, follow_links,
+                         class_mode, common)
+
+
+def _flow_options(target_size, color_mode, class_mode, batch_size, shuffle, seed,
+                  interpolation, keep_aspect_ratio, rescale) -> dict:
+    """The ``from_directory`` options of ``flow_from_directory``'s arguments (checked)."""
     if color_mode not in _COLOR_MODES:
         raise ValueError(f"`color_mode` must be one of {list(_COLOR_MODES)}. "
                          f"Received: color_mode={color_mode!r}")
@@ -477,17 +503,17 @@ def flow_from_directory(directory, target_size=(256, 256), color_mode="rgb", cla
         raise ValueError("`rescale` must be None (0-255) or 1/255 ([0, 1]); other scales "
                          "belong in the model (keras.layers.Rescaling). "
                          f"Received: rescale={rescale!r}")
-    common = dict(label_mode=_CLASS_MODES[class_mode], channels=_COLOR_MODES[color_mode],
-                  image_size=tuple(target_size),
-                  resize="crop" if keep_aspect_ratio else "stretch",
-                  interpolation=_INTERPOLATIONS[interpolation], batch_size=batch_size,
-                  shuffle=shuffle, seed=seed, dtype=dtype)
-    if subset is None:
-        # Keras ignores validation_split without a subset: every file.
-        labels = None if class_mode in ("input", None) else "inferred"
-        ds = sources.from_directory(directory, labels=labels, class_names=classes,
-                                    follow_links=follow_links, **common)
-        return _autoencoder(ds) if class_mode == "input" else ds
+    return dict(label_mode=_CLASS_MODES[class_mode], channels=_COLOR_MODES[color_mode],
+                image_size=tuple(target_size),
+                resize="crop" if keep_aspect_ratio else "stretch",
+                interpolation=_INTERPOLATIONS[interpolation], batch_size=batch_size,
+                shuffle=shuffle, seed=seed, dtype=dtype)
+
+
+def _keras_subset(directory, subset, validation_split, classes, follow_links, class_mode,
+                  common):
+    """``flow_from_directory``'s ``subset`` of the folder, split per class as Keras
+    (``keras_split``); "both" gives (training, validation)."""
     if subset not in ("training", "validation", "both"):
         raise ValueError("`subset` must be 'training', 'validation', 'both' or None. "
                          f"Received: subset={subset!r}")
