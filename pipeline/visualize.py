@@ -167,14 +167,7 @@ def show_batch(ds, num_images: int = 16, *, file_names: Optional[bool] = None,
         raise ImportError("pipeline.show_batch needs matplotlib: pip install 'tf-image-pipeline[notebooks]' "
                           f"(or pip install matplotlib). ({e})") from e
 
-    if isinstance(num_images, bool) or not isinstance(num_images, int) or num_images < 1:
-        raise ValueError(f"`num_images` must be an int >= 1. Received: num_images={num_images!r}")
-    if columns is not None and (isinstance(columns, bool) or not isinstance(columns, int)
-                                or columns < 1):
-        raise ValueError(f"`columns` must be None or an int >= 1. Received: columns={columns!r}")
-    if isinstance(ds, tuple):
-        raise ValueError("`ds` is a tuple (subset='both' gives (train, val)); pass one "
-                         f"dataset. Received: ds=tuple of {len(ds)}")
+    _check_show_args(ds, num_images, columns)
     parts = _factory_parts(ds)
     if file_names is None:
         file_names = parts is not None
@@ -185,26 +178,51 @@ def show_batch(ds, num_images: int = 16, *, file_names: Optional[bool] = None,
             f"not known per element). Received: file_names=True, ds={type(ds).__name__}")
     if class_names is None:
         class_names = getattr(ds, "class_names", None)
-
-    names: List[str] = []
     if file_names:
-        rows = _choose_rows(parts.index, num_images, seed)
-        if not rows:
-            raise ValueError(f"No good files to show: all {len(parts.index)} are bad at "
-                             "index time.")
-        view = _unshuffled_view(parts, rows)
-        shown = [(el[:-1], el[-1]) for el in view.take(len(rows)).as_numpy_iterator()]
-        images, labels = [], []
-        for el, path in shown:
-            x, y = _split_element(el if len(el) > 1 else el[0])
-            images.append(x)
-            labels.append(y)
-            names.append(os.path.basename(path.decode("utf-8", "replace")))
+        images, labels, names = _named_images(parts, num_images, seed)
     else:
-        images, labels = _take(ds, num_images)
+        (images, labels), names = _take(ds, num_images), []
     if not images:
         raise ValueError("`ds` gave no images to show.")
+    fig = _draw_grid(plt, images, [_label_text(y, class_names) for y in labels], names,
+                     columns, figsize)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
 
+
+def _check_show_args(ds, num_images, columns) -> None:
+    if isinstance(num_images, bool) or not isinstance(num_images, int) or num_images < 1:
+        raise ValueError(f"`num_images` must be an int >= 1. Received: num_images={num_images!r}")
+    if columns is not None and (isinstance(columns, bool) or not isinstance(columns, int)
+                                or columns < 1):
+        raise ValueError(f"`columns` must be None or an int >= 1. Received: columns={columns!r}")
+    if isinstance(ds, tuple):
+        raise ValueError("`ds` is a tuple (subset='both' gives (train, val)); pass one "
+                         f"dataset. Received: ds=tuple of {len(ds)}")
+
+
+def _named_images(parts, num_images: int, seed):
+    """(images, labels, file base names) of ``num_images`` files chosen by ``seed``
+    (``_choose_rows``), read through an unshuffled view of the factory's dataset."""
+    rows = _choose_rows(parts.index, num_images, seed)
+    if not rows:
+        raise ValueError(f"No good files to show: all {len(parts.index)} are bad at "
+                         "index time.")
+    view = _unshuffled_view(parts, rows)
+    images, labels, names = [], [], []
+    for el in view.take(len(rows)).as_numpy_iterator():
+        el, path = el[:-1], el[-1]
+        x, y = _split_element(el if len(el) > 1 else el[0])
+        images.append(x)
+        labels.append(y)
+        names.append(os.path.basename(path.decode("utf-8", "replace")))
+    return images, labels, names
+
+
+def _draw_grid(plt, images, texts, names, columns, figsize):
+    """A figure with one axes per image, titled by its label text, then its file name."""
     n = len(images)
     cols = columns or math.ceil(math.sqrt(n))
     cols = min(cols, n)
@@ -218,12 +236,9 @@ def show_batch(ds, num_images: int = 16, *, file_names: Optional[bool] = None,
         img = _displayable(images[k])
         ax.imshow(img, cmap="gray" if img.ndim == 2 else None,
                   vmin=0, vmax=255 if img.dtype == np.uint8 else 1)
-        text = _label_text(labels[k], class_names)
+        text = texts[k]
         if names:
             text = f"{text}\n{names[k]}" if text else names[k]
         ax.set_title(text, fontsize=8)
         ax.axis("off")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
     return fig
