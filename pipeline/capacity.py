@@ -202,10 +202,6 @@ def measure_cost(data_dir: str, image_size: Sequence[int] = (224, 224), batch_si
             timed).
     """
     import statistics
-    import sys
-    import time
-
-    from tqdm.auto import tqdm
 
     import pipeline
     from pipeline import config
@@ -230,25 +226,8 @@ def measure_cost(data_dir: str, image_size: Sequence[int] = (224, 224), batch_si
     for run in range(repeats):
         ds = pipeline.from_directory(data_dir, image_size=tuple(size), batch_size=batch_size,
                                      seed=seed, augment=aug, on_error=on_error)
-        n = cpu = wall = 0.0
-        for epoch in range(epochs):
-            t0 = c0 = None
-            with tqdm(total=len(idx), unit="img", leave=False, file=sys.stderr,
-                      disable=not progress,
-                      desc=f"cost run {run + 1}/{repeats} epoch {epoch + 1}/{epochs}") as bar:
-                for images, _ in ds:
-                    b = int(images.shape[0])
-                    if t0 is None:  # the epoch's first batch: its start-up, not timed
-                        t0, c0 = time.perf_counter(), time.process_time()
-                    else:
-                        n += b
-                    bar.update(b)
-            if t0 is not None:
-                wall += time.perf_counter() - t0
-                cpu += time.process_time() - c0
-        runs.append({"images_per_cpu_sec": n / cpu if cpu > 0 else float("nan"),
-                     "images_per_sec": n / wall if wall > 0 else float("nan"),
-                     "cores_used": cpu / wall if wall > 0 else float("nan")})
+        runs.append(_timed_run(ds, len(idx), epochs, progress,
+                               f"cost run {run + 1}/{repeats}"))
     costs = [r["images_per_cpu_sec"] for r in runs]
     return {"images_per_cpu_sec": statistics.median(costs), "min": min(costs),
             "max": max(costs), "runs": len(runs),
@@ -258,3 +237,31 @@ def measure_cost(data_dir: str, image_size: Sequence[int] = (224, 224), batch_si
             "data_dir": sample.data_dir_label(data_dir), "num_images": len(idx),
             "image_size": size, "batch_size": batch_size, "augment": bool(augment),
             "epochs": epochs, "machine_cores": checks.cpu_count()}
+
+
+def _timed_run(ds, num_files: int, epochs: int, progress: bool, desc: str) -> dict:
+    """``images_per_cpu_sec``, ``images_per_sec`` and ``cores_used`` of ``epochs`` epochs
+    of ``ds`` (batches of (images, labels)), each epoch's first batch not timed."""
+    import sys
+    import time
+
+    from tqdm.auto import tqdm
+
+    n = cpu = wall = 0.0
+    for epoch in range(epochs):
+        t0 = c0 = None
+        with tqdm(total=num_files, unit="img", leave=False, file=sys.stderr,
+                  disable=not progress, desc=f"{desc} epoch {epoch + 1}/{epochs}") as bar:
+            for images, _ in ds:
+                b = int(images.shape[0])
+                if t0 is None:  # the epoch's first batch: its start-up, not timed
+                    t0, c0 = time.perf_counter(), time.process_time()
+                else:
+                    n += b
+                bar.update(b)
+        if t0 is not None:
+            wall += time.perf_counter() - t0
+            cpu += time.process_time() - c0
+    return {"images_per_cpu_sec": n / cpu if cpu > 0 else float("nan"),
+            "images_per_sec": n / wall if wall > 0 else float("nan"),
+            "cores_used": cpu / wall if wall > 0 else float("nan")}
