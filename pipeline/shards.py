@@ -125,124 +125,49 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
                     beam_runner: Optional[str] = None, beam_options=None, **index_kw) -> dict:
     """Writes encoded images and their labels to TFRecord shards + a JSON sidecar.
 
-    Each record is a ``tf.train.Example`` with features ``image`` (the file's
-    encoded bytes, unchanged), ``label`` (int64 class index, or float list for
-    multi-hot / regression labels), ``path`` (bytes: a local file's absolute
-    path, whatever folder this ran in; a URI as given), ``format`` (sniffed from
-    the bytes), ``has_exif`` (int64 0/1), ``error`` (reason the file is bad,
-    empty when fine) and ``weight`` (float, only with sample weights).
-    Segmentation pairs (``source`` a dataset made with ``masks=``,
-    ``masks_dir=`` or ``mask_column=``) also store ``mask`` (the mask file's
-    encoded bytes) and ``mask_path``; ``from_tfrecords`` then gives
-    ``(image, mask)`` with the pixels the files give.
-
-    With ``shuffle=True`` (default) the rows are written in a seeded random
-    order (``row_order``: ``numpy.random.RandomState(seed).permutation``), as tfds does:
-    a folder is stored class by class, and shards written in that order
-    would keep classes together however the reader shuffles its bounded
-    buffer. Row ``j`` of the written order goes to shard ``j % num_shards``,
-    so reading the shards round-robin (``from_tfrecords(shuffle=False)``)
-    gives the written order: the index order when ``shuffle=False`` here.
-    Shards are written in parallel (a thread pool over shards) with a
-    ``tqdm.auto`` progress bar.
+    Each record is a ``tf.train.Example``: ``image`` (the file's encoded bytes), ``label``
+    (int64 class index, or float list), ``path`` (bytes: absolute local path, or the URI),
+    ``format``, ``has_exif`` (int64 0/1), ``error`` (why a file is bad, or empty), ``weight``
+    (float, with sample weights); pairs also ``mask``, ``mask_path``. Row ``j`` of the written
+    order goes to shard ``j % num_shards`` (docs/sources.md#tfrecord-shards).
 
     Args:
-        source: a folder of class sub-folders, a manifest (.csv/.jsonl; see
-            ``from_manifest``), a list of paths, or a dataset made by a
-            ``pipeline`` factory (its index is written). Local or ``s3://``.
+        source: a folder of class sub-folders, a manifest (.csv/.jsonl), a list of paths, or
+            a dataset made by a ``pipeline`` factory (its index is written); local or URI.
         output_dir: str folder (created) or URI for the shards and ``dataset.json``.
-        num_shards: int >= 1, or None for about one shard per 128 MiB
-            (at least 1, at most one per file). More shards than files are
-            not an error: one shard per file is written, and a warning
-            (absl logging) says so.
-        shuffle: bool, write the rows in a seeded random order (default True).
-        seed: int in [0, 2**63) (the factories' range; ``row_order``), or None
-            for an unseeded order; ValueError outside it.
-        progress: bool, show the progress bar.
+        num_shards: int >= 1, or None for about one shard per 128 MiB (at most one per file).
+        shuffle: bool, write rows in a seeded random order (default True; ``row_order``).
+        seed: int in [0, 2**63), or None for an unseeded order.
+        progress: bool, show a progress bar.
         num_workers: threads writing shards (default ``min(num_shards, 2 * cores)``).
-        on_error: None (default): every file is written as it is, a bad one
-            with its reason in ``error``, and the reader's ``on_error``
-            applies (``from_tfrecords``). "raise" or "skip": every file is
-            first decoded with the factories' decoder (``check_files``, as
-            ``pipeline.scan``; about one epoch's decode); with "raise" a bad
-            file raises ``BadFilesError`` before anything is written, with
-            "skip" bad files are left out and listed in the result and in
-            ``dataset.json`` (``skipped``); with "skip" a file a manifest
-            lists that is missing is such a bad file too. ``python -m pipeline convert``
-            passes ``--on_error`` (default "raise", the factories' default).
-        max_pixels: int, the header limit of that check (default
-            178,956,970, the factories'); with ``max_resolution``, also the
-            re-encode's decoder's.
-        max_resolution: None (default: each file's bytes are stored unchanged)
-            or an int >= 1, pixels: store once at training resolution, as
-            FFCV's ``max_resolution``. Each image whose shorter side is above
-            it is decoded (EXIF orientation applied), resized so that its
-            shorter side is ``max_resolution`` (aspect ratio kept;
-            ``tf.image.resize(antialias=True)``) and re-encoded as an RGB JPEG
-            without EXIF (``tf.io.encode_jpeg``), all in graph
-            (``resolution_reencoder``); smaller images are never upscaled (a
-            JPEG with an EXIF rotation is re-encoded upright at its size, the
-            rest kept as they are). Every later epoch then decodes fewer
-            pixels; the cost is one JPEG generation (measured in
-            docs/benchmarks.md). A file the decoder refuses or fails on is
-            stored as it is (the reader names it, as without this option).
-            An alpha channel is dropped (stored as RGB).
-        jpeg_quality: int in [1, 100], the re-encode's JPEG quality (default
-            90); used only with ``max_resolution``.
-        beam_runner: None (default: this process writes, a thread per shard), or a
-            Beam runner (``pipeline.checks.BEAM_RUNNERS``: "DirectRunner", "DataflowRunner",
-            "FlinkRunner", "SparkRunner", ..., or a runner class's dotted path): the
-            conversion runs as an Apache Beam pipeline (``pipeline.beam_write``; needs
-            ``pip install '.[beam]'``) and writes the same shards and the same
-            ``dataset.json`` as this process would (each row's shard and place by the
-            same seeded order; the same encoder, ``encode_row``). "DirectRunner" runs on
-            Beam's FnApiRunner (never its Prism attempt), by default in this process with a
-            thread per core encoding; ``direct_running_mode=multi_processing`` starts
-            worker processes; worker threads (``multi_threading``, or ``in_memory`` with
-            ``direct_num_workers`` other than 1) are refused. A rerun into the same
-            ``output_dir`` keeps the shards already complete (their records' count
-            and SHA-256 checked against ``dataset.json`` or the per-shard entries of
-            an unfinished run) and writes only the others; each shard is written under a
-            temporary name and renamed once complete. With ``on_error``, the check
-            runs on the workers and bad files reach ``skipped`` through a tagged
-            side output.
-        beam_options: None, a comma-separated ``"key=value,key=value"`` string or a
-            list of ``"--flag=value"`` / ``"--flag"`` strings: Beam's
-            ``PipelineOptions`` (e.g. ``"direct_running_mode=multi_processing,
-            direct_num_workers=2"``; use the list form for a value holding a comma).
-            Only with ``beam_runner``.
-        **index_kw: passed to the indexer (e.g. ``class_names``, ``labels``,
-            or the manifest options ``path_column``, ``label_columns``, ``root``).
+        on_error: None (default: every file written, a bad one with its ``error``), "raise"
+            (every file decoded first, as ``scan``; a bad file raises ``BadFilesError``
+            before anything is written) or "skip" (bad and missing files left out, listed).
+        max_pixels: int, the header limit of that check (default 178,956,970).
+        max_resolution: None (bytes stored unchanged) or int >= 1, pixels: images whose
+            shorter side is above it are decoded (EXIF applied), resized to it (antialiased,
+            aspect kept) and re-encoded as RGB JPEG in graph, as FFCV's; never upscaled.
+        jpeg_quality: int in [1, 100], the re-encode's quality (default 90).
+        beam_runner: None (this process writes), or a Beam runner name
+            (``pipeline.checks.BEAM_RUNNERS``) or class path: the same shards and sidecar
+            written by an Apache Beam pipeline (docs/scale-out.md), resumable.
+        beam_options: None, ``"key=value,key=value"`` or a list of ``"--flag=value"``:
+            Beam's ``PipelineOptions``; only with ``beam_runner``.
+        **index_kw: passed to the indexer (``class_names``, ``labels``, manifest options).
 
     Returns:
         dict, the sidecar written to ``output_dir/dataset.json``: ``class_names``,
-        ``label_kind`` ("int", "float", "vector" or None), ``num_examples``,
-        ``shards`` (list of {"file", "num_examples", "records_sha256", "formats",
-        "has_exif"}, + "reencoded" with ``max_resolution``, "mask_formats" with
-        masks), ``formats``, ``has_exif``, ``plan_sha256`` (``plan_sha256``: the
-        rows and options converted);
-        with ``max_resolution``, ``max_resolution``, ``jpeg_quality`` and
-        ``reencoded`` (the number of images re-encoded); with ``on_error``, ``skipped``: list of {"path", "reason"} of the bad
-        files left out ([] when none).
+        ``label_kind``, ``num_examples``, ``shards`` (list of {"file", "num_examples",
+        "records_sha256", "formats", "has_exif"}), ``formats``, ``has_exif``, ``plan_sha256``;
+        ``reencoded`` with ``max_resolution``; ``skipped`` ({"path", "reason"}) with ``on_error``.
 
     Raises:
-        TypeError: an unknown keyword argument (the message names it and the
-            closest valid name).
-        ValueError: a bad argument (named, with the value received; ``beam_runner``
-            not a known runner, ``beam_options`` malformed, naming an option Beam
-            does not know or asking for local worker threads, ``num_workers`` with
-            ``beam_runner``);
-            ``output_dir`` is a file, or already holds shards or a ``dataset.json``
-            (with ``beam_runner``: of another conversion, or not resumable); or
-            ``output_dir`` is the folder ``source`` or inside it
-            (``checks.check_output_outside``: the shards would become part of the
-            folder; checked before anything is read or written).
-        FileNotFoundError: a file a manifest lists is missing, unless
-            ``on_error="skip"`` (the message names the manifest line).
-        BadFilesError: with ``on_error="raise"``, a bad file (every bad file
-            is listed; nothing is written); with ``"skip"``, no good file.
-        ImportError: ``beam_runner`` without apache-beam installed (says
-            ``pip install '.[beam]'``).
+        TypeError: an unknown keyword argument (named, with the closest valid name).
+        ValueError: a bad argument (named, with the value received); ``output_dir`` a
+            file, holding other shards, or inside ``source``.
+        FileNotFoundError: a file a manifest lists is missing, unless ``on_error="skip"``.
+        BadFilesError: with "raise", every bad file listed; with "skip", no good file.
+        ImportError: ``beam_runner`` without apache-beam (``pip install '.[beam]'``).
     """
     plan_options, beam_flags = _write_options(
         num_shards, shuffle, seed, on_error, max_pixels, max_resolution, jpeg_quality,
