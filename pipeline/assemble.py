@@ -573,7 +573,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         raise ValueError(
             "`label_mode='binary'` needs exactly 2 classes; found "
             f"{num_classes}. Received: label_mode='binary', {what}")
-    if idx is not None and idx.errors and opts.on_error == "raise":
+    if idx is not None and idx.errors and opts.on_error.raises:
         # (With "skip", each is logged once, when it is skipped: guard.ErrorLog.)
         bad = idx.bad
         logging.warning("pipeline: %d of %d file(s) are bad at index time (%s ...); "
@@ -757,7 +757,7 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         batch_size=opts.replica_batch_size, drop_remainder=opts.drop_remainder,
         fixed_shape=opts.image_size is not None,
         on_batches=plan_lib.Map(to_dtype) if opts.dtype != tf.uint8 else None,
-        prefetch=opts.prefetch, known_length=opts.on_error == "raise",
+        prefetch=opts.prefetch, known_length=opts.on_error.length_known,
         options=data_options(opts), service=service if opts.service else None,
         device=opts.prefetch_to_device if (
             opts.prefetch_to_device and device_present(opts.prefetch_to_device)) else None)

@@ -246,10 +246,10 @@ def from_manifest(manifest, path_column: str = "path", label_columns=None, root=
         opts = config_lib.make_options("from_manifest", **{**options, "label_mode": None})
         idx, _ = manifest_lib.index_manifest(
             manifest, path_column, None, root, None, allow_outside_root, None, None,
-            missing_ok=opts.on_error == "skip")
+            missing_ok=opts.on_error.skips)
         idx.labels, idx.class_names = None, None
         idx = pairs_lib.add_manifest_masks(idx, manifest, mask_column, root, allow_outside_root,
-                                           missing_ok=opts.on_error == "skip")
+                                           missing_ok=opts.on_error.skips)
         return _build_pairs(idx, opts)
     mode = None if label_mode is None else "int"
     if label_mode not in (manifest_lib.AUTO, None):
@@ -258,7 +258,7 @@ def from_manifest(manifest, path_column: str = "path", label_columns=None, root=
     config_lib.check_pair_options("from_manifest", opts, False)
     idx, resolved = manifest_lib.index_manifest(
         manifest, path_column, label_columns, root, weight_column, allow_outside_root,
-        label_mode, class_names, missing_ok=opts.on_error == "skip")
+        label_mode, class_names, missing_ok=opts.on_error.skips)
     if resolved != opts.label_mode:  # "auto" resolved from the cells
         opts = dataclasses.replace(opts, label_mode=resolved)
     return assemble.build_subsets(idx, opts)
