@@ -520,7 +520,7 @@ class ImageOptions:
             read them, for the dataset's lifetime.
         cache_budget_bytes: int, the cache size allowed (default: half the
             available memory, or the free disk space for a cache file).
-        on_error: an ``OnError`` (given as "raise" or "skip", or a member);
+        on_error: a ``pipeline.config.OnError`` (given as "raise" or "skip");
             "raise" (default): iterating reaches a bad file and raises
             ``tf.errors.InvalidArgumentError`` whose message names the path and
             the reason; "skip": the file is dropped, logged and listed by
