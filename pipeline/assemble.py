@@ -5,6 +5,8 @@ parallel map, ``Stages``), the on_error check (``pipeline.guard``), the
 output structure, the cache file and the ``tf.data.Options``, and hands them
 to ``pipeline.plan.order``, which alone decides the order of the stages
 (shard, shuffle, map, cache, guard, batch, dtype, prefetch, service, device).
+``build`` is one line per stage, in data-flow order; ``Graph`` holds what the
+stages of one build share, and its methods are the stages.
 
 Every factory, ``pipeline.profile`` and ``pipeline.show_batch`` build through
 ``build``; ``built(ds)`` gives back what a dataset was built from, so that
@@ -174,22 +176,19 @@ class Stages:
 
     def geometry(self, seed) -> Geometry:
         """The element's ``Geometry`` (``seed``: its stateless seed, int64 [2])."""
-        opts, aug, size = self.opts, self.opts.augment, self.opts.image_size
-        fast = opts.fast_jpeg
-        # reduced-scale (DCT) decoding to at least the output size (None: full scale);
-        # not for "pad", whose content size is rounded from the decoded size (a
-        # reduced one would move the content by a pixel)
-        target = size if (fast and opts.jpeg_dct_scaling and size is not None
-                          and opts.resize != "pad") else None
+        geo, aug = self.opts.geometry, self.opts.augment
+        fast, size = geo.fast_jpeg, geo.image_size
+        # reduced-scale (DCT) decoding to at least the output size (None: full scale)
+        target = geo.dct_target
         if self.augment_here and aug.random_resized_crop is not None:
             return Geometry(lambda shape: aug.crop_window(shape, seed), fast, target,
                             aug.interpolation, True)
-        if size is not None and opts.resize in transform.WINDOW_MODES:
+        if size is not None and geo.resize in transform.WINDOW_MODES:
             th, tw = size
-            window = transform.WINDOW_MODES[opts.resize]
+            window = transform.WINDOW_MODES[geo.resize]
             return Geometry(lambda s: window(s[0], s[1], th, tw), fast, target,
-                            opts.interpolation, False)
-        return Geometry(None, False, target, opts.interpolation, False)
+                            geo.interpolation, False)
+        return Geometry(None, False, target, geo.interpolation, False)
 
     def image(self, contents, geometry: Geometry, seed, with_shape: bool = False):
         """Decode + resize + augment of one image: (uint8 image [image_size, channels] or
@@ -366,8 +365,9 @@ def make_stages(source, opts, full_graph: bool = False):
     hinted = set(stored) | formats.hinted_formats(paths)
     tfio_formats, unusable = _optional_decoders(hinted, remote=any(
         read.is_remote(p) for p in paths[:1]), service=bool(opts.service))
+    dec = opts.decoding
     decoder = decode_lib.Decoder(
-        opts.channels, opts.max_pixels, opts.exif_orientation, tfio_formats=tfio_formats,
+        dec.channels, dec.max_pixels, dec.exif_orientation, tfio_formats=tfio_formats,
         tfio_unusable=unusable, bmp_in_graph="bmp" in hinted, fallback=not opts.service,
         others_in_graph=full_graph or not (
             formats.all_jpeg_named(paths) if isinstance(source, index_lib.Index)
@@ -379,8 +379,9 @@ def make_stages(source, opts, full_graph: bool = False):
         mhinted = set(stored_masks) | formats.hinted_formats([p for p in mask_paths or [] if p])
         mtfio, munusable = _optional_decoders(mhinted, remote=any(
             read.is_remote(p) for p in (mask_paths or [])[:1]))
-        mask_decoder = masks_lib.MaskDecoder(opts.mask_mode, opts.mask_colors, decode_lib.Decoder(
-            3, opts.max_pixels, opts.exif_orientation, tfio_formats=mtfio,
+        mask_decoder = masks_lib.MaskDecoder(opts.masks.mask_mode, opts.masks.mask_colors,
+                                             decode_lib.Decoder(
+            3, dec.max_pixels, dec.exif_orientation, tfio_formats=mtfio,
             tfio_unusable=munusable, bmp_in_graph="bmp" in mhinted, fallback=not opts.service))
     return decoder, Stages(opts, decoder, mask_decoder)
 
@@ -531,6 +532,9 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
           subset_name: str = "") -> tf.data.Dataset:
     """Builds the dataset for one Index (one subset) or one set of TFRecord shards.
 
+    One line per stage, in data-flow order; ``plan.order`` alone places them
+    (``Graph`` holds what the stages share).
+
     Args:
         source: an ``index.Index``, or ``shards.Records`` (TFRecord shards).
         opts: validated options.
@@ -546,94 +550,146 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
         ValueError: an empty subset, ``label_mode="binary"`` without exactly
             2 classes, or a cache over budget.
     """
-    records = None if isinstance(source, index_lib.Index) else source
-    idx = source if records is None else None
-    pairs = idx.mask_paths is not None if idx is not None else records.has_masks
-    n = len(idx) if records is None else records.num_examples
-    if n == 0:
-        raise ValueError(
-            f"The {subset_name or 'dataset'} subset is empty: no files to read. "
-            "Lower `validation_split` or add files. "
-            f"Received: subset={subset_name!r}")
-    if records is None:
-        has_labels = idx.labels is not None and opts.label_mode is not None
-        class_names = idx.class_names
-        num_classes = num_classes or idx.num_classes
-        label_spec = ((tf.int64 if idx.label_kind == "int" else tf.float32)
-                      if has_labels else tf.int64, None)
-    else:
-        has_labels = records.has_labels and opts.label_mode is not None
-        class_names = records.class_names
-        num_classes = num_classes or records.num_classes or 0
-        label_spec = (records.label_dtype, records.label_shape)
-    if has_labels and opts.label_mode == "binary" and num_classes != 2:
-        shown = list(class_names or [])
-        shown = shown if len(shown) <= 10 else shown[:10] + [f"... {len(shown) - 10} more"]
-        what = f"class_names={shown!r}" if shown else f"num_classes={num_classes}"
-        raise ValueError(
-            "`label_mode='binary'` needs exactly 2 classes; found "
-            f"{num_classes}. Received: label_mode='binary', {what}")
-    if idx is not None and idx.errors and opts.on_error == "raise":
-        # (With "skip", each is logged once, when it is skipped: guard.ErrorLog.)
-        bad = idx.bad
-        logging.warning("pipeline: %d of %d file(s) are bad at index time (%s ...); "
-                        "they are raised when met", len(bad), n,
-                        "; ".join(f"{p}: {e}" for p, e in bad[:3]))
-    paths = idx.paths if idx is not None else []
-    shares = sampling_shares(idx, opts, num_classes) if idx is not None else None
-    decoder, stages = make_stages(source, opts)
-    note = decoder.fallback_note(idx.paths) if idx is not None else ""
-    if note:  # the slow path is never silent (decode.Decoder._fallback logs the rest)
-        logging.warning("%s", note)
-    cache_estimate = check_cache_budget(opts, n)
-    error_log = guard.ErrorLog(n, opts.max_errors)
+    g = Graph(source, opts, num_classes, subset_name)  # list: rows or records, labels, stages
+    ds = plan_lib.order(
+        g.elements,                                 # shard, shuffle, read (numbered for check)
+        seed=opts.seed, keyed=g.keyed,              # every order and seed from one epoch key
+        map=g.map_step(),                           # decode, geometry, augment: one parallel map
+        cache=g.cache_prefix(),                     # cache: decoded, before the check
+        guard=g.check,                              # check: the on_error policy
+        finish=g.finish,                            # the output structure
+        shuffle_cached=g.n if opts.shuffle else 0,  # above a cache: reshuffle ...
+        augment=g.augment_step(),                   # ... and augment, fresh each epoch
+        batch_size=opts.replica_batch_size, drop_remainder=opts.drop_remainder,
+        fixed_shape=opts.image_size is not None,    # batch
+        on_batches=g.dtype_step(),                  # deliver: dtype, prefetch, service, device
+        prefetch=opts.prefetch, known_length=opts.on_error.length_known,
+        options=data_options(opts), service=g.service_step(), device=delivery_device(opts))
+    return g.attach(ds)
 
-    def read_py(path):
-        return records.read_py(path) if records is not None else read.try_read(path)
 
-    def why_failed_py(path):
-        contents, err = read_py(path)
-        if not pairs:
-            return guard.diagnose(contents, err, lambda c: decoder.decode(c),
-                                  lambda img: stages.finish(img))
-        return _why_pair_failed(path, contents, err, idx, stages)
+class Graph:
+    """What the stages of one ``build`` share: the source's facts (rows or records,
+    labels, classes), the decode ``Stages``, the guard's ``Source`` and error log;
+    its methods are the stages ``plan.order`` places."""
 
-    src = guard.Source(None if records is not None else paths, why_failed_py)
-    # The per-epoch randomness (the plan's order, the augment seeds) comes from one
-    # key per epoch (``plan.order``'s ``keyed``): an iterator checkpoint taken at any
-    # step, restored in a new process, continues in the unbroken run's order with its
-    # pixels in every later epoch. (Shuffles that draw their seeds when each
-    # iteration starts lose that state once their input is exhausted, which the
-    # chunking below does long before the epoch ends.)
-    mask_table = (tf.constant(read.path_bytes(idx.mask_paths), tf.string)
-                  if pairs and idx is not None
-                  else None)
+    def __init__(self, source, opts, num_classes: Optional[int], subset_name: str):
+        self.source, self.opts, self.subset_name = source, opts, subset_name
+        self.records = None if isinstance(source, index_lib.Index) else source
+        self.idx = source if self.records is None else None
+        self._source_facts(num_classes)
+        self._check_source()
+        self._make_stages()
+        self._plan_reads()
 
-    # Remote files no TensorFlow file system serves here (s3:// on TensorFlow 2.17+) are
-    # fetched from Python, many at once, before the in-graph map (read.fetch_stage).
-    fetched = read.needs_fetch(paths) if records is None else []
-    fetch = bool(fetched)
-    if fetch and opts.service:
-        raise ValueError(
-            "`service` cannot serve files read through fsspec (here: "
-            f"{fetched[0]!r}): the fetch is a "
-            "tf.py_function, which tf.data service workers cannot run. Use TensorFlow "
-            "2.16 with tensorflow-io (its S3 file system reads in graph), or write the "
-            f"images to TFRecord shards on a local disk or gs://. Received: service={opts.service!r}")
+    def _source_facts(self, num_classes):
+        """n, pairs, labels and classes of the index or the shards."""
+        idx, records, opts = self.idx, self.records, self.opts
+        self.pairs = idx.mask_paths is not None if idx is not None else records.has_masks
+        self.n = len(idx) if records is None else records.num_examples
+        if records is None:
+            self.has_labels = idx.labels is not None and opts.label_mode is not None
+            self.class_names = idx.class_names
+            self.num_classes = num_classes or idx.num_classes
+            self.label_spec = ((tf.int64 if idx.label_kind == "int" else tf.float32)
+                               if self.has_labels else tf.int64, None)
+        else:
+            self.has_labels = records.has_labels and opts.label_mode is not None
+            self.class_names = records.class_names
+            self.num_classes = num_classes or records.num_classes or 0
+            self.label_spec = (records.label_dtype, records.label_shape)
+        self.has_weights = (idx.weights is not None if idx is not None
+                            else records.has_weights) and self.has_labels
+        self.paths = idx.paths if idx is not None else []
 
-    damaged_py = None
-    if records is not None:
-        mine, _ = plan_lib.record_files(records.files, opts)
-        # the damaged shards this pipeline reads, named from Python (rare path)
-        damaged_py = lambda: records.damaged_py(mine)  # noqa: E731
+    def _check_source(self):
+        """An empty subset, binary labels without 2 classes: refused; bad files at index
+        time: named in a warning (raise mode)."""
+        n, idx, num_classes = self.n, self.idx, self.num_classes
+        if n == 0:
+            raise ValueError(
+                f"The {self.subset_name or 'dataset'} subset is empty: no files to read. "
+                "Lower `validation_split` or add files. "
+                f"Received: subset={self.subset_name!r}")
+        if self.has_labels and self.opts.label_mode == "binary" and num_classes != 2:
+            shown = list(self.class_names or [])
+            shown = shown if len(shown) <= 10 else shown[:10] + [f"... {len(shown) - 10} more"]
+            what = f"class_names={shown!r}" if shown else f"num_classes={num_classes}"
+            raise ValueError(
+                "`label_mode='binary'` needs exactly 2 classes; found "
+                f"{num_classes}. Received: label_mode='binary', {what}")
+        if idx is not None and idx.errors and self.opts.on_error.raises:
+            # (With "skip", each is logged once, when it is skipped: guard.ErrorLog.)
+            bad = idx.bad
+            logging.warning("pipeline: %d of %d file(s) are bad at index time (%s ...); "
+                            "they are raised when met", len(bad), n,
+                            "; ".join(f"{p}: {e}" for p, e in bad[:3]))
 
-    def elements(epoch_key):
+    def _make_stages(self):
+        """The sampling shares, the decoders and ``Stages``, the cache estimate, the
+        error log and the guard's ``Source``."""
+        idx, opts = self.idx, self.opts
+        self.shares = sampling_shares(idx, opts, self.num_classes) if idx is not None else None
+        self.decoder, self.stages = make_stages(self.source, opts)
+        note = self.decoder.fallback_note(idx.paths) if idx is not None else ""
+        if note:  # the slow path is never silent (decode.Decoder._fallback logs the rest)
+            logging.warning("%s", note)
+        self.cache_estimate = check_cache_budget(opts, self.n)
+        self.error_log = guard.ErrorLog(self.n, opts.max_errors)
+        self.src = guard.Source(None if self.records is not None else self.paths,
+                                self.why_failed_py)
+        # The per-epoch randomness (the plan's order, the augment seeds) comes from one
+        # key per epoch (``plan.order``'s ``keyed``): an iterator checkpoint taken at any
+        # step, restored in a new process, continues in the unbroken run's order with its
+        # pixels in every later epoch. (Shuffles that draw their seeds when each
+        # iteration starts lose that state once their input is exhausted, which the
+        # chunking (``guard.chunked``) does long before the epoch ends.)
+        self.keyed = opts.shuffle or self.stages.augment_here or opts.sampling is not None
+
+    def _plan_reads(self):
+        """The mask table of pairs, the remote files fetched from Python, the damaged
+        shards named from Python."""
+        idx, records, opts = self.idx, self.records, self.opts
+        self.mask_table = (tf.constant(read.path_bytes(idx.mask_paths), tf.string)
+                           if self.pairs and idx is not None else None)
+        # Remote files no TensorFlow file system serves here (s3:// on TensorFlow 2.17+)
+        # are fetched from Python, many at once, before the in-graph map (read.fetch_stage).
+        fetched = read.needs_fetch(self.paths) if records is None else []
+        self.fetch = bool(fetched)
+        if self.fetch and opts.service:
+            raise ValueError(
+                "`service` cannot serve files read through fsspec (here: "
+                f"{fetched[0]!r}): the fetch is a "
+                "tf.py_function, which tf.data service workers cannot run. Use TensorFlow "
+                "2.16 with tensorflow-io (its S3 file system reads in graph), or write the "
+                "images to TFRecord shards on a local disk or gs://. "
+                f"Received: service={opts.service!r}")
+        self.damaged_py = None
+        if records is not None:
+            mine, _ = plan_lib.record_files(records.files, opts)
+            # the damaged shards this pipeline reads, named from Python (rare path)
+            self.damaged_py = functools.partial(records.damaged_py, mine)
+
+    def read_py(self, path):
+        return self.records.read_py(path) if self.records is not None else read.try_read(path)
+
+    def why_failed_py(self, path):
+        """Why ``path`` failed, found from Python (the guard's rare path)."""
+        contents, err = self.read_py(path)
+        if not self.pairs:
+            return guard.diagnose(contents, err, lambda c: self.decoder.decode(c),
+                                  lambda img: self.stages.finish(img))
+        return _why_pair_failed(path, contents, err, self.idx, self.stages)
+
+    def elements(self, epoch_key):
         """The plan (sharded, shuffled), numbered for the guard, with its seeds and
         an end-of-epoch sentinel (``guard.chunked``); remote contents fetched."""
+        idx, records, opts, src = self.idx, self.records, self.opts, self.src
         if records is None:
-            plan, expected = _file_plan(idx, opts, label_spec, epoch_key, shares)
-            label0 = tf.zeros([], label_spec[0]) if not has_labels or idx.label_kind != "vector" \
-                else tf.zeros([idx.labels.shape[1]], tf.float32)
+            plan, expected = _file_plan(idx, opts, self.label_spec, epoch_key, self.shares)
+            label0 = (tf.zeros([], self.label_spec[0])
+                      if not self.has_labels or idx.label_kind != "vector"
+                      else tf.zeros([idx.labels.shape[1]], tf.float32))
         else:
             serialized, expected = plan_lib.records(
                 records.files, records.counts, opts, records.read_shard, records.buffer_size,
@@ -641,93 +697,119 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             plan = serialized.map(graph_fn(records.parse), num_parallel_calls=opts.parallelism,
                                   deterministic=True)
             label0 = tf.zeros(records.label_shape, records.label_dtype)
-        if pairs and records is not None:
+        if self.pairs and records is not None:
             label0 = tf.constant(b"")  # the plan's label of a record pair is its mask's bytes
         sentinel = (src.empty_key, label0, tf.constant(guard.SENTINEL), tf.constant(b""),
                     tf.constant(0.0))
-        seeds = plan_lib.element_seeds(opts.seed, epoch_key) if stages.augment_here else \
+        seeds = plan_lib.element_seeds(opts.seed, epoch_key) if self.stages.augment_here else \
             tf.data.Dataset.from_tensors(tf.zeros([2], tf.int64)).repeat()
         ds = guard.chunked(plan, sentinel, seeds, src.empty_key)
-        return (read.fetch_stage(ds, src.name) if fetch else ds), expected
+        return (read.fetch_stage(ds, src.name) if self.fetch else ds), expected
 
-    def element(pos, window, key, label, pre_error, contents, weight, seed):
-        def load():
-            data = contents if src.records or fetch else tf.io.read_file(src.name(key))
-            return stages(data, seed)
+    def map_step(self) -> plan_lib.Map:
+        """The per-element work, one parallel map. Order is kept in the map (the gap
+        check needs it); `deterministic` applies to the other stages through
+        tf.data.Options."""
+        return plan_lib.Map(self.element, self.opts.parallelism, deterministic=True)
 
-        def placeholder():  # bad at index time, or the end-of-epoch sentinel
-            if opts.image_size is None:
-                return decoder.placeholder(), pre_error
-            # what resizing the 1x1 placeholder gives, in one op (an element the guard drops)
-            return tf.zeros(list(opts.image_size) + [opts.channels], tf.uint8), pre_error
+    def _placeholder(self, pre_error):
+        """Bad at index time, or the end-of-epoch sentinel: (image, reason)."""
+        opts = self.opts
+        if opts.image_size is None:
+            return self.decoder.placeholder(), pre_error
+        # what resizing the 1x1 placeholder gives, in one op (an element the guard drops)
+        return tf.zeros(list(opts.image_size) + [opts.channels], tf.uint8), pre_error
 
-        if pairs:
-            def load_pair():
-                if src.records:
-                    return stages.pair(contents, label, seed, tf.strings.join([
-                        "of ", key]))
-                mask_name = tf.gather(mask_table, tf.maximum(key, 0))
-                return stages.pair(tf.io.read_file(src.name(key)),
-                                   tf.io.read_file(mask_name), seed, mask_name)
+    def _load(self, key, contents, seed):
+        src = self.src
+        data = contents if src.records or self.fetch else tf.io.read_file(src.name(key))
+        return self.stages(data, seed)
 
-            def placeholder_pair():
-                image, reason = placeholder()
-                return image, tf.zeros(tf.concat([tf.shape(image)[:2], [1]], 0),
-                                       tf.uint8), reason
+    def _load_pair(self, key, label, contents, seed):
+        src = self.src
+        if src.records:
+            return self.stages.pair(contents, label, seed, tf.strings.join(["of ", key]))
+        mask_name = tf.gather(self.mask_table, tf.maximum(key, 0))
+        return self.stages.pair(tf.io.read_file(src.name(key)), tf.io.read_file(mask_name),
+                                seed, mask_name)
 
-            image, mask, reason = tf.cond(tf.strings.length(pre_error) > 0,
-                                          placeholder_pair, load_pair)
+    def _placeholder_pair(self, pre_error):
+        image, reason = self._placeholder(pre_error)
+        return image, tf.zeros(tf.concat([tf.shape(image)[:2], [1]], 0), tf.uint8), reason
+
+    def element(self, pos, window, key, label, pre_error, contents, weight, seed):
+        """One planned element -> (image, label or mask, weight, key, pos, window, reason)."""
+        opts, bad = self.opts, tf.strings.length(pre_error) > 0
+        if self.pairs:
+            image, mask, reason = tf.cond(
+                bad, lambda: self._placeholder_pair(pre_error),
+                lambda: self._load_pair(key, label, contents, seed))
             mask.set_shape(list(opts.image_size or (None, None)) + [1])
         else:
-            image, reason = tf.cond(tf.strings.length(pre_error) > 0, placeholder, load)
+            image, reason = tf.cond(bad, lambda: self._placeholder(pre_error),
+                                    lambda: self._load(key, contents, seed))
         if opts.image_size is not None:
             image.set_shape(list(opts.image_size) + [opts.channels])
         else:
             image.set_shape([None, None, opts.channels])
-        if pairs:
+        if self.pairs:
             return image, mask, weight, key, pos, window, reason
         # int labels stay int64 until ``structure``: a function returning an int32 it
         # computed is left to TensorFlow's slower runtime (stack.single_device_functions)
-        y = encode_label(label, opts.label_mode, num_classes) if (
-            has_labels and opts.label_mode != "int") else label
+        y = encode_label(label, opts.label_mode, self.num_classes) if (
+            self.has_labels and opts.label_mode != "int") else label
         return image, y, weight, key, pos, window, reason
 
-    def check(ds, batch_size, expected):
+    def cache_prefix(self) -> Optional[str]:
+        """None, "" (memory) or the cache file prefix (``cache_file``)."""
+        cache = self.opts.cache
+        return None if cache is None else ("" if cache == "memory"
+                                           else cache_file(self.opts, self.source))
+
+    def check(self, ds, batch_size, expected):
         """The on_error policy on the user's batches (``batch_size``: nothing sits
         between here and batching; a batch that held a skipped file is then smaller
         by that many), else on internal chunks that are unbatched again.
         Variable-size (native) images cannot be batched: checked one by one."""
+        opts, records = self.opts, self.records
         ds = ds.batch(batch_size or (guard.CHUNK if opts.image_size else 1))
         ds = ds.scan(guard.initial_state(), graph_fn(guard.check_fn(
-            opts, error_log, src, expected, records.lost_detail if records else None,
-            damaged_py)))
+            opts, self.error_log, self.src, expected,
+            records.lost_detail if records else None, self.damaged_py)))
         if batch_size:
             # A batch can end up empty (it held only the sentinel, or only bad files).
             return ds.filter(graph_fn(lambda image, *rest: tf.shape(image)[0] > 0))
         return ds.unbatch()
 
-    has_weights = (idx.weights is not None if idx is not None else records.has_weights) \
-        and has_labels
-
-    def finish(ds, with_dtype):
-        def structure(image, y, weight, key):
-            if has_labels and opts.label_mode == "int":
-                y = encode_label(y, "int", num_classes)
-            if with_dtype:
-                image = scale(image, opts.dtype, opts.normalize)
-            out = (image,) + ((y,) if has_labels or pairs else ()) + (
-                (weight,) if has_weights else ())
-            if opts.include_paths:
-                out += (src.name(key),)
-            return out[0] if len(out) == 1 else out
-
+    def finish(self, ds, with_dtype):
+        """The output structure (and, ``with_dtype``, the dtype)."""
+        int_labels = self.has_labels and self.opts.label_mode == "int"
         # (its int32 label would be traced twice: marked, then unmarked)
-        with stack.single_device_functions(not (has_labels and opts.label_mode == "int")):
-            return ds.map(graph_fn(structure))
+        with stack.single_device_functions(not int_labels):
+            return ds.map(graph_fn(functools.partial(self._structure, with_dtype)))
 
-    def augment(el, seed):  # above a cache: random ops fresh each epoch
-        aug = opts.augment
-        if pairs:
+    def _structure(self, with_dtype, image, y, weight, key):
+        opts = self.opts
+        if self.has_labels and opts.label_mode == "int":
+            y = encode_label(y, "int", self.num_classes)
+        if with_dtype:
+            image = scale(image, opts.dtype, opts.normalize)
+        out = (image,) + ((y,) if self.has_labels or self.pairs else ()) + (
+            (weight,) if self.has_weights else ())
+        if opts.include_paths:
+            out += (self.src.name(key),)
+        return out[0] if len(out) == 1 else out
+
+    def augment_step(self) -> Optional[plan_lib.Map]:
+        """The augmentation above a cache (random ops fresh each epoch), or None."""
+        opts = self.opts
+        if opts.augment is None:
+            return None
+        return plan_lib.Map(self.augment, opts.parallelism, opts.is_deterministic)
+
+    def augment(self, el, seed):
+        aug, opts = self.opts.augment, self.opts
+        if self.pairs:
             size = opts.image_size if aug.random_resized_crop is not None else None
             return aug.pair(el[0], el[1], seed, output_size=size,
                             pad_value=opts.mask_pad_value) + tuple(el[2:])
@@ -735,40 +817,41 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
             return _aug(aug, el, seed, opts)
         return (_aug(aug, el[0], seed, opts),) + tuple(el[1:])
 
-    def to_dtype(*el):
+    def dtype_step(self) -> Optional[plan_lib.Map]:
+        """uint8 -> ``dtype`` on batches, or None (uint8 kept)."""
+        return plan_lib.Map(self.to_dtype) if self.opts.dtype != tf.uint8 else None
+
+    def to_dtype(self, *el):
+        opts = self.opts
         return (scale(el[0], opts.dtype, opts.normalize),) + el[1:] if len(el) > 1 else \
             scale(el[0], opts.dtype, opts.normalize)
 
-    def service(ds):
+    def service_step(self) -> Optional[Callable]:
+        return self.service if self.opts.service else None
+
+    def service(self, ds):
         from pipeline import distribute  # pylint: disable=import-outside-toplevel
         with stack.single_device_functions(False):  # the service's own functions as TF makes them
-            return ds.apply(distribute.service_transformation(opts))
+            return ds.apply(distribute.service_transformation(self.opts))
 
-    ds = plan_lib.order(
-        elements, seed=opts.seed, keyed=opts.shuffle or stages.augment_here or opts.sampling is not None,
-        # Order is kept in the map (the gap check needs it); `deterministic` applies to
-        # the other stages through tf.data.Options.
-        map=plan_lib.Map(element, opts.parallelism, deterministic=True),
-        cache=None if opts.cache is None else (
-            "" if opts.cache == "memory" else cache_file(opts, source)),
-        guard=check, finish=finish, shuffle_cached=n if opts.shuffle else 0,
-        augment=(plan_lib.Map(augment, opts.parallelism, opts.is_deterministic)
-                 if opts.augment is not None else None),
-        batch_size=opts.replica_batch_size, drop_remainder=opts.drop_remainder,
-        fixed_shape=opts.image_size is not None,
-        on_batches=plan_lib.Map(to_dtype) if opts.dtype != tf.uint8 else None,
-        prefetch=opts.prefetch, known_length=opts.on_error == "raise",
-        options=data_options(opts), service=service if opts.service else None,
-        device=opts.prefetch_to_device if (
-            opts.prefetch_to_device and device_present(opts.prefetch_to_device)) else None)
+    def attach(self, ds) -> tf.data.Dataset:
+        """``ds`` with ``class_names``, ``file_paths``, ``cache_estimate_bytes`` and
+        ``pipeline_built``."""
+        idx, opts = self.idx, self.opts
+        ds.class_names = list(self.class_names) if self.class_names else None
+        # As Keras: the files this dataset yields (with input_context: this pipeline's share).
+        ds.file_paths = (list(idx.paths[opts.pipeline_id::opts.num_pipelines])
+                         if idx is not None else None)
+        ds.cache_estimate_bytes = self.cache_estimate
+        ds.pipeline_built = Built(self.source, opts, self.error_log, self.num_classes,
+                                  self.subset_name)
+        return ds
 
-    ds.class_names = list(class_names) if class_names else None
-    # As Keras: the files this dataset yields (with input_context: this pipeline's share).
-    ds.file_paths = (list(idx.paths[opts.pipeline_id::opts.num_pipelines]) if idx is not None
-                     else None)
-    ds.cache_estimate_bytes = cache_estimate
-    ds.pipeline_built = Built(source, opts, error_log, num_classes, subset_name)
-    return ds
+
+def delivery_device(opts) -> Optional[str]:
+    """``prefetch_to_device`` where that device is present (``device_present``), else None."""
+    ptd = opts.prefetch_to_device
+    return ptd if ptd and device_present(ptd) else None
 
 
 def data_options(opts) -> tf.data.Options:

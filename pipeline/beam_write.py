@@ -54,6 +54,7 @@ import tensorflow as tf
 from absl import logging
 
 from pipeline import checks
+from pipeline import config
 from pipeline import index as index_lib
 from pipeline import read
 from pipeline import shard_writer
@@ -371,7 +372,7 @@ def _dofns():
         bad = sorted(bad)
         sizes = dict(good_rows)
         rows = np.array([r for r, _ in good_rows], np.int64)
-        fail = bool(bad) and (on_error == "raise" or not len(rows))
+        fail = bool(bad) and (config.OnError.of(on_error).raises or not len(rows))
         s = 0 if fail else shard_writer.shard_count(
             num_shards, len(rows), lambda: np.array([sizes[r] for r in rows.tolist()]),
             len(bad))

@@ -3,13 +3,16 @@
 ``make_options(factory, **kw)`` is called once per factory call, before any
 file is listed or any graph is built. It checks every value, the rules
 between options, and the rules of the factory, and returns a frozen
-``ImageOptions``. The other stages only read it.
+``ImageOptions``. The other stages only read it, each its own group of
+options (``GROUPS``: ``DecodeOptions``, ``GeometryOptions``, ...), a frozen
+dataclass that checks its own fields; ``OnError`` is the bad-file policy.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import numbers
 import os
 from typing import Any, Optional, Tuple
@@ -46,6 +49,399 @@ DEFAULT_MAX_PIXELS = checks.DEFAULT_MAX_PIXELS
 # come from manifests or stored shards).
 ONE_CLASS_FACTORIES = ("from_directory", "from_paths")
 NO_SPLIT_FACTORIES = ("from_tfrecords",)
+
+
+class OnError(str, enum.Enum):
+    """What a bad file does (``ImageOptions.on_error``).
+
+    ``RAISE`` ("raise"): iterating raises at the file, naming it; every
+    element arrives or the epoch raises, so the length is known. ``SKIP``
+    ("skip"): the file is dropped and recorded (``pipeline.errors``). A str
+    enum: each member equals its string and shows as it (``repr`` too), so
+    messages quote the value as users write it. ``OnError.of`` takes a member
+    or one of the strings.
+    """
+
+    RAISE = "raise"
+    SKIP = "skip"
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def of(cls, value) -> "OnError":
+        """The member for ``value`` ("raise", "skip" or a member).
+
+        Raises:
+            ValueError: "`on_error` must be one of ['raise', 'skip']. Received: on_error=..."
+        """
+        if isinstance(value, cls):
+            return value
+        return cls(checks.check_choice("on_error", value, ON_ERROR))
+
+    @property
+    def skips(self) -> bool:
+        """A bad file is dropped and recorded."""
+        return self is OnError.SKIP
+
+    @property
+    def raises(self) -> bool:
+        """A bad file raises when met."""
+        return self is OnError.RAISE
+
+    @property
+    def length_known(self) -> bool:
+        """Every element arrives or the epoch raises: the number of elements is known."""
+        return self is OnError.RAISE
+
+
+def _set(group, **values) -> None:
+    """Stores the checked (normalized) values on a frozen options group."""
+    for name, value in values.items():
+        object.__setattr__(group, name, value)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+# One frozen group per stage that reads the options; each checks its own fields in
+# __post_init__ (rules between groups: ``_check_between``; rules of a factory:
+# ``_check_factory``). The fields are documented on ``ImageOptions``.
+@dataclasses.dataclass(frozen=True)
+class DeliveryOptions:
+    """Labels, batching and output (``assemble``'s output structure, ``plan``'s batch
+    and delivery): label_mode, batch_size, drop_remainder, include_paths, dtype,
+    normalize, prefetch_to_device."""
+
+    label_mode: Optional[str] = "int"
+    batch_size: Optional[int] = 32
+    drop_remainder: bool = False
+    include_paths: bool = False
+    dtype: Any = tf.uint8
+    normalize: Any = None
+    prefetch_to_device: Optional[str] = None
+
+    def __post_init__(self):
+        r = checks.received
+        checks.check_choice("label_mode", self.label_mode, LABEL_MODES)
+        _set(self, drop_remainder=checks.check_bool("drop_remainder", self.drop_remainder),
+             include_paths=checks.check_bool("include_paths", self.include_paths),
+             normalize=_check_normalize(self.normalize),
+             batch_size=checks.check_int("batch_size", self.batch_size, allow_none=True),
+             dtype=_check_dtype(self.dtype))
+        if self.normalize is not None and self.dtype == tf.uint8:
+            raise ValueError("`normalize` needs a float `dtype` (uint8 images are 0-255). "
+                             f"{r('normalize', self.normalize)}, dtype=tf.uint8")
+        _check_device_name(self.prefetch_to_device)
+
+
+def _check_device_name(ptd) -> None:
+    r = checks.received
+    if ptd is not None and not isinstance(ptd, str):
+        raise ValueError("`prefetch_to_device` must be None or a device name such as "
+                         f"'/gpu:0'. {r('prefetch_to_device', ptd)}")
+    if ptd is not None:
+        try:  # TensorFlow's own parse, here, so that its error names the argument
+            tf.DeviceSpec.from_string(ptd)
+            parsed = bool(ptd.strip())
+        except (ValueError, TypeError):
+            parsed = False
+        if not parsed:
+            raise ValueError("`prefetch_to_device` must be a device name such as '/gpu:0', "
+                             "'gpu:0' or '/job:localhost/replica:0/task:0/device:GPU:0'. "
+                             f"{r('prefetch_to_device', ptd)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OrderOptions:
+    """Which elements, in which order (``plan``: sharding, shuffles, split, sampling,
+    determinism): shuffle, seed, validation_split, subset, sampling, input_context,
+    deterministic."""
+
+    shuffle: bool = True
+    seed: Optional[int] = None
+    validation_split: Optional[float] = None
+    subset: Optional[str] = None
+    sampling: Any = None
+    input_context: Any = None
+    deterministic: Optional[bool] = None
+
+    def __post_init__(self):
+        r = checks.received
+        _set(self, shuffle=checks.check_bool("shuffle", self.shuffle))
+        ctx = self.input_context
+        if ctx is not None and not (hasattr(ctx, "num_input_pipelines")
+                                    and hasattr(ctx, "input_pipeline_id")):
+            raise ValueError("`input_context` must be a tf.distribute.InputContext or None. "
+                             f"{r('input_context', ctx)}")
+        split, subset = self.validation_split, self.subset
+        checks.check_choice("subset", subset, SUBSETS)
+        if split is not None:
+            if isinstance(split, (bool, np.bool_)) or not isinstance(split, numbers.Real) or not (
+                    0 < split < 1):
+                raise ValueError("`validation_split` must be a float strictly between 0 and 1. "
+                                 f"{r('validation_split', split)}")
+            _set(self, validation_split=float(split))
+            if subset is None:
+                raise ValueError("`validation_split` needs `subset` ('training', 'validation' "
+                                 f"or 'both'). {r('subset', subset)}")
+        elif subset is not None:
+            raise ValueError("`subset` is only valid with `validation_split`. "
+                             f"{r('subset', subset)}, validation_split=None")
+        _set(self, seed=check_seed(self.seed), sampling=check_sampling(self.sampling))
+        det = self.deterministic
+        if det is not None and not isinstance(det, (bool, np.bool_)):
+            raise ValueError(f"`deterministic` must be None or a bool. {r('deterministic', det)}")
+
+    @property
+    def is_deterministic(self) -> bool:
+        """Order is guaranteed when asked, or when a seed or no shuffle implies it."""
+        if self.deterministic is not None:
+            return bool(self.deterministic)
+        return self.seed is not None or not self.shuffle
+
+    @property
+    def num_pipelines(self) -> int:
+        """Input pipelines sharing the data (1 without ``input_context``)."""
+        ctx = self.input_context
+        return ctx.num_input_pipelines if ctx is not None else 1
+
+    @property
+    def pipeline_id(self) -> int:
+        """This input pipeline's index (0 without ``input_context``)."""
+        ctx = self.input_context
+        return ctx.input_pipeline_id if ctx is not None else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceOptions:
+    """The tf.data service (``distribute``): service, processing_mode, job_name."""
+
+    service: Optional[str] = None
+    processing_mode: str = "off"
+    job_name: Optional[str] = None
+
+    def __post_init__(self):
+        r = checks.received
+        svc = self.service
+        if svc is not None and not (isinstance(svc, str) and svc):
+            raise ValueError("`service` must be None or a dispatcher address such as "
+                             f"'grpc://host:5050'. {r('service', svc)}")
+        checks.check_choice("processing_mode", self.processing_mode, PROCESSING_MODES)
+        if self.processing_mode != "off" and not svc:
+            raise ValueError(
+                "`processing_mode` applies to a tf.data service: pass `service=` (the "
+                f"dispatcher address) too. Received: processing_mode={self.processing_mode!r}, "
+                "service=None")
+        if self.job_name is not None and not isinstance(self.job_name, str):
+            raise ValueError(f"`job_name` must be None or a str. {r('job_name', self.job_name)}")
+        if self.job_name is not None and not svc:
+            raise ValueError("`job_name` names a tf.data service job: pass `service=` (the "
+                             f"dispatcher address) too. {r('job_name', self.job_name)}, "
+                             "service=None")
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeOptions:
+    """What the decoders read (``decode.Decoder``): channels, max_pixels,
+    exif_orientation."""
+
+    channels: int = 3
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    exif_orientation: bool = True
+
+    def __post_init__(self):
+        _set(self, exif_orientation=checks.check_bool("exif_orientation", self.exif_orientation))
+        if not _is_int(self.channels) or self.channels not in (1, 3, 4):
+            raise ValueError(f"`channels` must be 1, 3 or 4. "
+                             f"{checks.received('channels', self.channels)}")
+        _set(self, channels=int(self.channels),
+             max_pixels=checks.check_int("max_pixels", self.max_pixels))
+
+
+@dataclasses.dataclass(frozen=True)
+class GeometryOptions:
+    """Each element's geometry (``assemble.Stages.geometry``, ``transform``):
+    image_size, resize, interpolation, antialias, fast_jpeg, jpeg_dct_scaling."""
+
+    image_size: Optional[Tuple[int, int]] = (256, 256)
+    resize: str = "stretch"
+    interpolation: str = "bilinear"
+    antialias: bool = False
+    fast_jpeg: bool = True
+    jpeg_dct_scaling: bool = True
+
+    def __post_init__(self):
+        for name in ("fast_jpeg", "jpeg_dct_scaling", "antialias"):
+            _set(self, **{name: checks.check_bool(name, getattr(self, name))})
+        _set(self, image_size=check_image_size(self.image_size))
+        checks.check_choice("resize", self.resize, RESIZE_MODES)
+        checks.check_choice("interpolation", self.interpolation, INTERPOLATIONS,
+                            INTERPOLATION_HINTS)
+
+    @property
+    def dct_target(self) -> Optional[Tuple[int, int]]:
+        """The size a JPEG (or its window) is decoded at least at, at a reduced DCT
+        scale, or None (full scale): not for "pad", whose content size is rounded
+        from the decoded size (a reduced one would move the content by a pixel)."""
+        if self.fast_jpeg and self.jpeg_dct_scaling and self.image_size is not None \
+                and self.resize != "pad":
+            return self.image_size
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorOptions:
+    """The bad-file policy (``guard``, ``index``, ``pairs``, ``manifest``): on_error
+    (an ``OnError``), max_errors."""
+
+    on_error: OnError = OnError.RAISE
+    max_errors: Optional[float] = None
+
+    def __post_init__(self):
+        r = checks.received
+        _set(self, on_error=OnError.of(self.on_error))
+        me = self.max_errors
+        if me is None:
+            return
+        if isinstance(me, (bool, np.bool_)) or not isinstance(me, numbers.Real) or not (
+                me >= 0) or (not isinstance(me, numbers.Integral) and not me < 1):
+            raise ValueError(
+                "`max_errors` must be an int >= 0 (a count) or a float in [0, 1) "
+                f"(a fraction of the files). {r('max_errors', me)}")
+        _set(self, max_errors=int(me) if isinstance(me, numbers.Integral) else float(me))
+        if not self.on_error.skips:
+            raise ValueError("`max_errors` is an error budget for on_error='skip'. "
+                             f"{r('on_error', self.on_error.value)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeOptions:
+    """How tf.data runs the graph (the map's parallelism, prefetch, ``tf.data.Options``):
+    num_parallel_calls, prefetch, autotune, ram_budget_bytes, threadpool_size."""
+
+    num_parallel_calls: Optional[int] = None
+    prefetch: int = 2
+    autotune: bool = False
+    ram_budget_bytes: Optional[int] = None
+    threadpool_size: Optional[int] = None
+
+    def __post_init__(self):
+        _set(self, autotune=checks.check_bool("autotune", self.autotune))
+        if self.num_parallel_calls == tf.data.AUTOTUNE:  # tf.data tunes it: autotune on
+            _set(self, autotune=True)
+        else:
+            _set(self, num_parallel_calls=checks.check_int(
+                "num_parallel_calls", self.num_parallel_calls, allow_none=True))
+        if self.prefetch == tf.data.AUTOTUNE:
+            _set(self, autotune=True)
+        else:
+            _set(self, prefetch=checks.check_int("prefetch", self.prefetch, minimum=0))
+        for name in ("threadpool_size", "ram_budget_bytes"):
+            _set(self, **{name: checks.check_int(name, getattr(self, name), allow_none=True)})
+
+    @property
+    def parallelism(self) -> int:
+        """Parallel calls of the decode map: 2x the cores unless set."""
+        return self.num_parallel_calls or 2 * checks.cpu_count()
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheOptions:
+    """The cache of decoded elements (``assemble.cache_file``, ``plan``'s cache):
+    cache, cache_budget_bytes."""
+
+    cache: Optional[str] = None
+    cache_budget_bytes: Optional[int] = None
+
+    def __post_init__(self):
+        _set(self, cache_budget_bytes=checks.check_int(
+            "cache_budget_bytes", self.cache_budget_bytes, allow_none=True),
+             cache=check_cache(self.cache))
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentOptions:
+    """The random ops (``pipeline.Augment``, run by ``assemble.Stages`` or above the
+    cache): augment, augment_validation."""
+
+    augment: Any = None
+    augment_validation: bool = False
+
+    def __post_init__(self):
+        _set(self, augment_validation=checks.check_bool("augment_validation",
+                                                        self.augment_validation))
+        aug = self.augment
+        # a pipeline.Augment checks itself against the options (pipeline.augment)
+        if aug is not None and not callable(getattr(aug, "check_options", None)):
+            raise ValueError(f"`augment` must be None or a pipeline.Augment. "
+                             f"{checks.received('augment', aug)}")
+
+
+MASK_MODES = ("index", "rgb")
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskOptions:
+    """The masks of segmentation pairs (``masks.MaskDecoder``, ``Stages.mask``):
+    mask_mode, mask_colors, mask_pad_value."""
+
+    mask_mode: str = "index"
+    mask_colors: Any = None
+    mask_pad_value: int = 255
+
+    def __post_init__(self):
+        r = checks.received
+        checks.check_choice("mask_mode", self.mask_mode, MASK_MODES)
+        pad = self.mask_pad_value
+        if not _is_byte(pad):
+            raise ValueError("`mask_pad_value` must be an int in [0, 255] (a uint8 class; 255 "
+                             f"is the usual ignore index). {r('mask_pad_value', pad)}")
+        _set(self, mask_pad_value=int(pad))
+        colors = self.mask_colors
+        if self.mask_mode == "index":
+            if colors is not None:
+                raise ValueError("`mask_colors` maps colours with mask_mode='rgb'; mask_mode is "
+                                 f"'index'. {r('mask_colors', colors)}")
+            return
+        _set(self, mask_colors=_check_mask_colors(colors))
+
+
+def _check_mask_colors(colors) -> dict:
+    r = checks.received
+    if not isinstance(colors, dict) or not colors:
+        raise ValueError("mask_mode='rgb' needs `mask_colors`, a non-empty dict "
+                         f"{{(r, g, b): class}}. {r('mask_colors', colors)}")
+    fixed = {}
+    for key, cls in colors.items():
+        if not (isinstance(key, (tuple, list)) and len(key) == 3 and all(map(_is_byte, key))):
+            raise ValueError("`mask_colors` keys must be (r, g, b) tuples of ints in [0, 255]. "
+                             f"{r('mask_colors', colors)} (the key {key!r})")
+        if not _is_byte(cls):
+            raise ValueError("`mask_colors` values must be int classes in [0, 255]. "
+                             f"{r('mask_colors', colors)} (the value {cls!r} of {key!r})")
+        if tuple(int(v) for v in key) in fixed:
+            raise ValueError(f"`mask_colors` names the colour {tuple(key)} twice. "
+                             f"{r('mask_colors', colors)}")
+        fixed[tuple(int(v) for v in key)] = int(cls)
+    return fixed
+
+
+# The one map of ImageOptions' fields onto the groups: attribute -> group (each field
+# of ImageOptions is a field of exactly one group; checked below ImageOptions).
+GROUPS = {
+    "delivery": DeliveryOptions, "order": OrderOptions, "data_service": ServiceOptions,
+    "decoding": DecodeOptions, "geometry": GeometryOptions, "errors": ErrorOptions,
+    "runtime": RuntimeOptions, "caching": CacheOptions, "augmentation": AugmentOptions,
+    "masks": MaskOptions,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +520,8 @@ class ImageOptions:
             read them, for the dataset's lifetime.
         cache_budget_bytes: int, the cache size allowed (default: half the
             available memory, or the free disk space for a cache file).
-        on_error: "raise" (default): iterating reaches a bad file and raises
+        on_error: a ``pipeline.config.OnError`` (given as "raise" or "skip");
+            "raise" (default): iterating reaches a bad file and raises
             ``tf.errors.InvalidArgumentError`` whose message names the path and
             the reason; "skip": the file is dropped, logged and listed by
             ``pipeline.errors(ds)``. With "raise" the number of batches is
@@ -211,71 +608,84 @@ class ImageOptions:
         mask_pad_value: int in [0, 255] (default 255, the usual ignore
             index): the class of mask pixels that padding or a geometric
             augmentation with ``fill_mode="constant"`` makes up.
+
+    Groups (read-only attributes, one per stage that reads them, each a frozen
+    dataclass that checks its own fields): ``delivery`` (``DeliveryOptions``),
+    ``order`` (``OrderOptions``), ``data_service`` (``ServiceOptions``),
+    ``decoding`` (``DecodeOptions``), ``geometry`` (``GeometryOptions``),
+    ``errors`` (``ErrorOptions``), ``runtime`` (``RuntimeOptions``),
+    ``caching`` (``CacheOptions``), ``augmentation`` (``AugmentOptions``),
+    ``masks`` (``MaskOptions``); ``GROUPS`` maps each field onto its group.
     """
 
-    label_mode: Optional[str] = "int"
-    channels: int = 3
-    image_size: Optional[Tuple[int, int]] = (256, 256)
-    resize: str = "stretch"
-    interpolation: str = "bilinear"
-    batch_size: Optional[int] = 32
-    sampling: Any = None
-    shuffle: bool = True
-    seed: Optional[int] = None
-    validation_split: Optional[float] = None
-    subset: Optional[str] = None
-    augment_validation: bool = False
-    dtype: Any = tf.uint8
-    normalize: Any = None
-    cache: Optional[str] = None
-    cache_budget_bytes: Optional[int] = None
-    on_error: str = "raise"
-    max_errors: Optional[float] = None
-    include_paths: bool = False
-    exif_orientation: bool = True
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    deterministic: Optional[bool] = None
-    num_parallel_calls: Optional[int] = None
-    prefetch: int = 2
-    autotune: bool = False
-    ram_budget_bytes: Optional[int] = None
-    threadpool_size: Optional[int] = None
-    prefetch_to_device: Optional[str] = None
-    fast_jpeg: bool = True
-    jpeg_dct_scaling: bool = True
-    antialias: bool = False
-    augment: Any = None
-    input_context: Any = None
-    service: Optional[str] = None
-    processing_mode: str = "off"
-    job_name: Optional[str] = None
-    drop_remainder: bool = False
-    mask_mode: str = "index"
-    mask_colors: Any = None
-    mask_pad_value: int = 255
+    label_mode: Optional[str] = DeliveryOptions.label_mode
+    channels: int = DecodeOptions.channels
+    image_size: Optional[Tuple[int, int]] = GeometryOptions.image_size
+    resize: str = GeometryOptions.resize
+    interpolation: str = GeometryOptions.interpolation
+    batch_size: Optional[int] = DeliveryOptions.batch_size
+    sampling: Any = OrderOptions.sampling
+    shuffle: bool = OrderOptions.shuffle
+    seed: Optional[int] = OrderOptions.seed
+    validation_split: Optional[float] = OrderOptions.validation_split
+    subset: Optional[str] = OrderOptions.subset
+    augment_validation: bool = AugmentOptions.augment_validation
+    dtype: Any = DeliveryOptions.dtype
+    normalize: Any = DeliveryOptions.normalize
+    cache: Optional[str] = CacheOptions.cache
+    cache_budget_bytes: Optional[int] = CacheOptions.cache_budget_bytes
+    on_error: OnError = ErrorOptions.on_error
+    max_errors: Optional[float] = ErrorOptions.max_errors
+    include_paths: bool = DeliveryOptions.include_paths
+    exif_orientation: bool = DecodeOptions.exif_orientation
+    max_pixels: int = DecodeOptions.max_pixels
+    deterministic: Optional[bool] = OrderOptions.deterministic
+    num_parallel_calls: Optional[int] = RuntimeOptions.num_parallel_calls
+    prefetch: int = RuntimeOptions.prefetch
+    autotune: bool = RuntimeOptions.autotune
+    ram_budget_bytes: Optional[int] = RuntimeOptions.ram_budget_bytes
+    threadpool_size: Optional[int] = RuntimeOptions.threadpool_size
+    prefetch_to_device: Optional[str] = DeliveryOptions.prefetch_to_device
+    fast_jpeg: bool = GeometryOptions.fast_jpeg
+    jpeg_dct_scaling: bool = GeometryOptions.jpeg_dct_scaling
+    antialias: bool = GeometryOptions.antialias
+    augment: Any = AugmentOptions.augment
+    input_context: Any = OrderOptions.input_context
+    service: Optional[str] = ServiceOptions.service
+    processing_mode: str = ServiceOptions.processing_mode
+    job_name: Optional[str] = ServiceOptions.job_name
+    drop_remainder: bool = DeliveryOptions.drop_remainder
+    mask_mode: str = MaskOptions.mask_mode
+    mask_colors: Any = MaskOptions.mask_colors
+    mask_pad_value: int = MaskOptions.mask_pad_value
+
+    def __post_init__(self):
+        """Builds the groups (each checks its fields) and keeps their checked values."""
+        for attr, group in GROUPS.items():
+            names = [f.name for f in dataclasses.fields(group)]
+            value = group(**{name: getattr(self, name) for name in names})
+            object.__setattr__(self, attr, value)
+            for name in names:
+                object.__setattr__(self, name, getattr(value, name))
 
     @property
     def parallelism(self) -> int:
         """Parallel calls of the decode map: 2x the cores unless set."""
-        return self.num_parallel_calls or 2 * checks.cpu_count()
+        return self.runtime.parallelism
 
     @property
     def is_deterministic(self) -> bool:
         """Order is guaranteed when asked, or when a seed or no shuffle implies it."""
-        if self.deterministic is not None:
-            return bool(self.deterministic)
-        return self.seed is not None or not self.shuffle
+        return self.order.is_deterministic
 
     @property
     def num_pipelines(self) -> int:
         """Input pipelines sharing the data (1 without ``input_context``)."""
-        ctx = self.input_context
-        return ctx.num_input_pipelines if ctx is not None else 1
+        return self.order.num_pipelines
 
     @property
     def pipeline_id(self) -> int:
-        ctx = self.input_context
-        return ctx.input_pipeline_id if ctx is not None else 0
+        return self.order.pipeline_id
 
     @property
     def replica_batch_size(self) -> Optional[int]:
@@ -294,6 +704,10 @@ class ImageOptions:
                 sampling=None)
         return self
 
+
+# each field of ImageOptions belongs to exactly one group
+assert sorted(f.name for g in GROUPS.values() for f in dataclasses.fields(g)) == sorted(
+    f.name for f in dataclasses.fields(ImageOptions))
 
 cpu_count = checks.cpu_count  # the cores this process may use (see pipeline.checks)
 # Arguments of keras.utils.image_dataset_from_directory named differently here.
@@ -344,13 +758,16 @@ def numpy_random_state(seed: Optional[int]) -> np.random.RandomState:
     return np.random.RandomState(seed)
 
 
-def check_on_error(on_error) -> str:
+def check_on_error(on_error) -> OnError:
     """``on_error``: "raise" or "skip" (see ``ImageOptions.on_error``).
+
+    Returns:
+        The ``OnError`` member (equal to the string).
 
     Raises:
         ValueError: "`on_error` must be one of ['raise', 'skip']. Received: on_error=..."
     """
-    return checks.check_choice("on_error", on_error, ON_ERROR)
+    return OnError.of(on_error)
 
 
 def check_cache(cache):
@@ -412,27 +829,24 @@ def check_sampling(sampling):
     return fixed
 
 
-def _check_sampling_use(factory: str, o: dict) -> None:
+def _check_sampling_use(o: ImageOptions) -> None:
     """Where ``sampling`` can apply (the per-class streams are rows of a path table)."""
     r = checks.received
-    if o["sampling"] is None:
+    if o.sampling is None:
         return
-    if factory in NO_SPLIT_FACTORIES:
-        raise ValueError(f"`sampling` draws from the rows of a path table; {factory} reads "
-                         "records in sequence. Resample with from_paths / from_manifest. "
-                         f"{r('sampling', o['sampling'])}")
-    if o["label_mode"] not in ONE_CLASS_LABEL_MODES or o["label_mode"] is None:
+    if o.label_mode not in ONE_CLASS_LABEL_MODES or o.label_mode is None:
         raise ValueError("`sampling` needs one class per file (label_mode 'int', "
                          "'categorical' or 'binary'). "
-                         f"{r('sampling', o['sampling'])}, label_mode={o['label_mode']!r}")
-    if o["cache"] is not None:
+                         f"{r('sampling', o.sampling)}, label_mode={o.label_mode!r}")
+    if o.cache is not None:
         raise ValueError("`sampling` cannot be used with `cache`: a cache holds one epoch's "
                          "elements and would replay the first epoch's draw. "
-                         f"{r('sampling', o['sampling'])}, cache={o['cache']!r}")
-    if o["service"]:
+                         f"{r('sampling', o.sampling)}, cache={o.cache!r}")
+    if o.service:
         raise ValueError("`sampling` cannot be used with `service` (the tf.data service "
                          "splits the rows between its workers). "
-                         f"{r('sampling', o['sampling'])}, service={o['service']!r}")
+                         f"{r('sampling', o.sampling)}, service={o.service!r}")
+
 
 
 def _check_normalize(norm):
@@ -474,7 +888,7 @@ def _same(a, b) -> bool:
         return False
 
 
-MASK_MODES = ("index", "rgb")
+
 MASK_FIELDS = ("mask_mode", "mask_colors", "mask_pad_value")
 
 
@@ -482,38 +896,6 @@ def _is_byte(v) -> bool:
     return (isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
             and 0 <= v <= 255)
 
-
-def _check_mask_options(o) -> None:
-    """mask_mode, mask_colors, mask_pad_value (segmentation pairs); fixes o in place."""
-    r = checks.received
-    checks.check_choice("mask_mode", o["mask_mode"], MASK_MODES)
-    pad = o["mask_pad_value"]
-    if not _is_byte(pad):
-        raise ValueError("`mask_pad_value` must be an int in [0, 255] (a uint8 class; 255 is "
-                         f"the usual ignore index). {r('mask_pad_value', pad)}")
-    o["mask_pad_value"] = int(pad)
-    colors = o["mask_colors"]
-    if o["mask_mode"] == "index":
-        if colors is not None:
-            raise ValueError("`mask_colors` maps colours with mask_mode='rgb'; mask_mode is "
-                             f"'index'. {r('mask_colors', colors)}")
-        return
-    if not isinstance(colors, dict) or not colors:
-        raise ValueError("mask_mode='rgb' needs `mask_colors`, a non-empty dict "
-                         f"{{(r, g, b): class}}. {r('mask_colors', colors)}")
-    fixed = {}
-    for key, cls in colors.items():
-        if not (isinstance(key, (tuple, list)) and len(key) == 3 and all(map(_is_byte, key))):
-            raise ValueError("`mask_colors` keys must be (r, g, b) tuples of ints in [0, 255]. "
-                             f"{r('mask_colors', colors)} (the key {key!r})")
-        if not _is_byte(cls):
-            raise ValueError("`mask_colors` values must be int classes in [0, 255]. "
-                             f"{r('mask_colors', colors)} (the value {cls!r} of {key!r})")
-        if tuple(int(v) for v in key) in fixed:
-            raise ValueError(f"`mask_colors` names the colour {tuple(key)} twice. "
-                             f"{r('mask_colors', colors)}")
-        fixed[tuple(int(v) for v in key)] = int(cls)
-    o["mask_colors"] = fixed
 
 
 def check_pair_options(factory: str, opts: "ImageOptions", has_masks: bool) -> None:
@@ -532,9 +914,79 @@ def check_pair_options(factory: str, opts: "ImageOptions", has_masks: bool) -> N
                 f"`{name}` applies to segmentation pairs: pass masks to {factory or 'the factory'} "
                 f"(masks=, masks_dir= or mask_column=). {checks.received(name, value)}")
 
+def _check_factory(factory: str, o: dict) -> None:
+    """The rules of a factory (``ONE_CLASS_FACTORIES``, ``NO_SPLIT_FACTORIES``), on the
+    keyword values before the groups check them."""
+    r = checks.received
+    if factory in ONE_CLASS_FACTORIES and o["label_mode"] in LABEL_MODES \
+            and o["label_mode"] not in ONE_CLASS_LABEL_MODES:
+        raise ValueError(
+            f"{factory} gives one class per file: use label_mode 'int', 'categorical', "
+            "'binary' or None (multi-label and float targets come from from_manifest). "
+            f"{r('label_mode', o['label_mode'])}")
+    if factory in NO_SPLIT_FACTORIES and o["validation_split"] is not None:
+        raise ValueError(f"{factory} does not split; write separate shards per subset. "
+                         f"{r('validation_split', o['validation_split'])}")
+    if factory in NO_SPLIT_FACTORIES and check_sampling(o["sampling"]) is not None:
+        raise ValueError(f"`sampling` draws from the rows of a path table; {factory} reads "
+                         "records in sequence. Resample with from_paths / from_manifest. "
+                         f"{r('sampling', o['sampling'])}")
+
+
+def _check_between(o: ImageOptions) -> None:
+    """The rules between groups, once per factory call (not on ``dataclasses.replace``)."""
+    r = checks.received
+    check_image_size(o.image_size, o.batch_size)
+    if o.normalize not in (None, "symmetric"):
+        sizes = {int(np.size(v)) for v in o.normalize}
+        if not sizes <= {1, o.channels}:
+            raise ValueError(
+                f"`normalize` needs one value, or one per channel ({o.channels}), for its "
+                f"mean and its std. {r('normalize', o.normalize)}, channels={o.channels}")
+    if o.image_size is not None and o.image_size[0] * o.image_size[1] > o.max_pixels:
+        raise ValueError(
+            f"`image_size` asks for more pixels per image than max_pixels={o.max_pixels}. "
+            f"{r('image_size', o.image_size)}")
+    if o.max_errors is not None and o.service:
+        raise ValueError(
+            "`max_errors` cannot be enforced with `service=` (skips happen on the "
+            f"service workers). {r('max_errors', o.max_errors)}, service={o.service!r}")
+    ctx = o.input_context
+    if ctx is not None and o.batch_size is not None and \
+            o.batch_size % getattr(ctx, "num_replicas_in_sync", 1):
+        raise ValueError(
+            "`batch_size` is the global batch with `input_context`: it must be divisible by "
+            f"the {ctx.num_replicas_in_sync} replicas in sync. {r('batch_size', o.batch_size)}")
+    if o.augment is not None:
+        o.augment.check_options(o.channels, o.image_size)
+    _check_sampling_use(o)
+
+
+def _with_augment_options(kw: dict) -> dict:
+    """``kw`` with the factory options an ``Augment`` carries (``factory_options``).
+
+    Augment.from_image_data_generator maps rescale / dtype / validation_split to
+    factory options: applied here, so that augment=aug alone does what it said.
+    """
+    extra = getattr(kw.get("augment"), "factory_options", None)
+    if not (isinstance(extra, dict) and extra):
+        return kw
+    clash = sorted(k for k, v in extra.items() if k in kw and kw[k] is not v
+                   and not _same(kw[k], v))
+    if clash:
+        raise ValueError(
+            f"`augment` (from ImageDataGenerator arguments) sets {clash}, and the call "
+            f"sets them otherwise. {checks.received(clash[0], kw[clash[0]])}, augment sets "
+            f"{extra[clash[0]]!r}")
+    return {**extra, **kw}
+
 
 def make_options(factory: str = "", **kw) -> ImageOptions:
     """Validates keyword options once and returns an ``ImageOptions``.
+
+    The one place where the factories' keyword arguments meet the option
+    groups: the rules of the factory, then each group's own checks
+    (``ImageOptions``' groups, ``GROUPS``), then the rules between groups.
 
     Args:
         factory: the calling factory's name ("from_directory", ...): some
@@ -550,150 +1002,8 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
     if unknown:
         raise checks.unknown_keywords(factory or "make_options", unknown, FIELDS,
                                       KERAS_EQUIVALENTS)
-    r = checks.received
-    extra = getattr(kw.get("augment"), "factory_options", None)
-    if isinstance(extra, dict) and extra:
-        # Augment.from_image_data_generator maps rescale / dtype / validation_split to
-        # factory options: applied here, so that augment=aug alone does what it said.
-        clash = sorted(k for k, v in extra.items() if k in kw and kw[k] is not v
-                       and not _same(kw[k], v))
-        if clash:
-            raise ValueError(
-                f"`augment` (from ImageDataGenerator arguments) sets {clash}, and the call "
-                f"sets them otherwise. {r(clash[0], kw[clash[0]])}, augment sets "
-                f"{extra[clash[0]]!r}")
-        kw = {**extra, **kw}
-    o = {**DEFAULTS, **kw}
-    checks.check_choice("label_mode", o["label_mode"], LABEL_MODES)
-    if factory in ONE_CLASS_FACTORIES and o["label_mode"] not in ONE_CLASS_LABEL_MODES:
-        raise ValueError(
-            f"{factory} gives one class per file: use label_mode 'int', 'categorical', "
-            "'binary' or None (multi-label and float targets come from from_manifest). "
-            f"{r('label_mode', o['label_mode'])}")
-    for name in ("shuffle", "exif_orientation", "fast_jpeg", "jpeg_dct_scaling", "antialias",
-                 "autotune", "drop_remainder", "include_paths", "augment_validation"):
-        o[name] = checks.check_bool(name, o[name])
-    ctx = o["input_context"]
-    if ctx is not None and not (hasattr(ctx, "num_input_pipelines")
-                                and hasattr(ctx, "input_pipeline_id")):
-        raise ValueError("`input_context` must be a tf.distribute.InputContext or None. "
-                         f"{r('input_context', ctx)}")
-    svc = o["service"]
-    if svc is not None and not (isinstance(svc, str) and svc):
-        raise ValueError("`service` must be None or a dispatcher address such as "
-                         f"'grpc://host:5050'. {r('service', svc)}")
-    o["normalize"] = _check_normalize(o["normalize"])
-    channels = o["channels"]
-    if isinstance(channels, (bool, np.bool_)) or not isinstance(channels, numbers.Integral) \
-            or channels not in (1, 3, 4):
-        raise ValueError(f"`channels` must be 1, 3 or 4. {r('channels', channels)}")
-    o["channels"] = int(channels)
-    o["batch_size"] = checks.check_int("batch_size", o["batch_size"], allow_none=True)
-    o["image_size"] = check_image_size(o["image_size"], o["batch_size"])
-    checks.check_choice("resize", o["resize"], RESIZE_MODES)
-    checks.check_choice("interpolation", o["interpolation"], INTERPOLATIONS,
-                        INTERPOLATION_HINTS)
-    check_on_error(o["on_error"])
-    split, subset = o["validation_split"], o["subset"]
-    checks.check_choice("subset", subset, SUBSETS)
-    if split is not None:
-        if factory in NO_SPLIT_FACTORIES:
-            raise ValueError(f"{factory} does not split; write separate shards per subset. "
-                             f"{r('validation_split', split)}")
-        if isinstance(split, (bool, np.bool_)) or not isinstance(split, numbers.Real) or not (
-                0 < split < 1):
-            raise ValueError("`validation_split` must be a float strictly between 0 and 1. "
-                             f"{r('validation_split', split)}")
-        o["validation_split"] = float(split)
-        if subset is None:
-            raise ValueError("`validation_split` needs `subset` ('training', 'validation' or "
-                             f"'both'). {r('subset', subset)}")
-    elif subset is not None:
-        raise ValueError("`subset` is only valid with `validation_split`. "
-                         f"{r('subset', subset)}, validation_split=None")
-    o["dtype"] = _check_dtype(o["dtype"])
-    if o["normalize"] is not None and o["dtype"] == tf.uint8:
-        raise ValueError("`normalize` needs a float `dtype` (uint8 images are 0-255). "
-                         f"{r('normalize', o['normalize'])}, dtype=tf.uint8")
-    if o["normalize"] not in (None, "symmetric"):
-        sizes = {int(np.size(v)) for v in o["normalize"]}
-        if not sizes <= {1, o["channels"]}:
-            raise ValueError(
-                f"`normalize` needs one value, or one per channel ({o['channels']}), for its "
-                f"mean and its std. {r('normalize', o['normalize'])}, "
-                f"channels={o['channels']}")
-    o["seed"] = check_seed(o["seed"])
-    o["max_pixels"] = checks.check_int("max_pixels", o["max_pixels"])
-    if o["image_size"] is not None and o["image_size"][0] * o["image_size"][1] > o["max_pixels"]:
-        raise ValueError(
-            f"`image_size` asks for more pixels per image than max_pixels={o['max_pixels']}. "
-            f"{r('image_size', o['image_size'])}")
-    if o["num_parallel_calls"] == tf.data.AUTOTUNE:  # tf.data tunes it: autotune on
-        o["autotune"] = True
-    else:
-        o["num_parallel_calls"] = checks.check_int("num_parallel_calls",
-                                                   o["num_parallel_calls"], allow_none=True)
-    if o["prefetch"] == tf.data.AUTOTUNE:
-        o["autotune"] = True
-    else:
-        o["prefetch"] = checks.check_int("prefetch", o["prefetch"], minimum=0)
-    for name in ("threadpool_size", "ram_budget_bytes", "cache_budget_bytes"):
-        o[name] = checks.check_int(name, o[name], allow_none=True)
-    ptd = o["prefetch_to_device"]
-    if ptd is not None and not isinstance(ptd, str):
-        raise ValueError("`prefetch_to_device` must be None or a device name such as "
-                         f"'/gpu:0'. {r('prefetch_to_device', ptd)}")
-    if ptd is not None:
-        try:  # TensorFlow's own parse, here, so that its error names the argument
-            tf.DeviceSpec.from_string(ptd)
-            parsed = bool(ptd.strip())
-        except (ValueError, TypeError):
-            parsed = False
-        if not parsed:
-            raise ValueError("`prefetch_to_device` must be a device name such as '/gpu:0', "
-                             "'gpu:0' or '/job:localhost/replica:0/task:0/device:GPU:0'. "
-                             f"{r('prefetch_to_device', ptd)}")
-    me = o["max_errors"]
-    if me is not None:
-        if isinstance(me, (bool, np.bool_)) or not isinstance(me, numbers.Real) or not (
-                me >= 0) or (not isinstance(me, numbers.Integral) and not me < 1):
-            raise ValueError(
-                "`max_errors` must be an int >= 0 (a count) or a float in [0, 1) "
-                f"(a fraction of the files). {r('max_errors', me)}")
-        o["max_errors"] = int(me) if isinstance(me, numbers.Integral) else float(me)
-        if o["on_error"] != "skip":
-            raise ValueError("`max_errors` is an error budget for on_error='skip'. "
-                             f"{r('on_error', o['on_error'])}")
-        if o["service"]:
-            raise ValueError(
-                "`max_errors` cannot be enforced with `service=` (skips happen on the "
-                f"service workers). {r('max_errors', me)}, service={o['service']!r}")
-    o["cache"] = check_cache(o["cache"])
-    checks.check_choice("processing_mode", o["processing_mode"], PROCESSING_MODES)
-    if o["processing_mode"] != "off" and not o["service"]:
-        raise ValueError(
-            "`processing_mode` applies to a tf.data service: pass `service=` (the dispatcher "
-            f"address) too. Received: processing_mode={o['processing_mode']!r}, service=None")
-    if o["job_name"] is not None and not isinstance(o["job_name"], str):
-        raise ValueError(f"`job_name` must be None or a str. {r('job_name', o['job_name'])}")
-    if o["job_name"] is not None and not o["service"]:
-        raise ValueError("`job_name` names a tf.data service job: pass `service=` (the "
-                         f"dispatcher address) too. {r('job_name', o['job_name'])}, service=None")
-    if ctx is not None and o["batch_size"] is not None and \
-            o["batch_size"] % getattr(ctx, "num_replicas_in_sync", 1):
-        raise ValueError(
-            "`batch_size` is the global batch with `input_context`: it must be divisible by "
-            f"the {ctx.num_replicas_in_sync} replicas in sync. {r('batch_size', o['batch_size'])}")
-    aug = o["augment"]
-    # a pipeline.Augment checks itself against the options (pipeline.augment)
-    if aug is not None and not callable(getattr(aug, "check_options", None)):
-        raise ValueError(f"`augment` must be None or a pipeline.Augment. {r('augment', aug)}")
-    if aug is not None:
-        aug.check_options(o["channels"], o["image_size"])
-    _check_mask_options(o)
-    o["sampling"] = check_sampling(o["sampling"])
-    _check_sampling_use(factory, o)
-    det = o["deterministic"]
-    if det is not None and not isinstance(det, (bool, np.bool_)):
-        raise ValueError(f"`deterministic` must be None or a bool. {r('deterministic', det)}")
-    return ImageOptions(**o)
+    o = {**DEFAULTS, **_with_augment_options(kw)}
+    _check_factory(factory, o)
+    opts = ImageOptions(**o)
+    _check_between(opts)
+    return opts

@@ -133,7 +133,8 @@ def from_generator(fn, output_signature, num_parallel: int = 1,
     shuffle_buffer_size = checks.check_int("shuffle_buffer_size", shuffle_buffer_size,
                                                 minimum=0)
     prefetch = checks.check_int("prefetch", prefetch, minimum=0)
-    seed = config.check_seed(seed)
+    # the image factories' order group: its seed check and its determinism
+    order = config.OrderOptions(shuffle=bool(shuffle_buffer_size), seed=seed)
     try:
         tf.nest.map_structure(lambda s: s if isinstance(s, tf.TensorSpec) else 1 / 0,
                               output_signature)
@@ -145,29 +146,43 @@ def from_generator(fn, output_signature, num_parallel: int = 1,
         raise ValueError("`num_parallel` > 1 needs `fn(shard_index, num_shards)` so that each "
                          "instance yields its own share. "
                          f"Received: num_parallel={num_parallel}, fn={fn!r}")
-    checker = _checker(output_signature) if check else None
-
-    def gen(shard, num_shards):
-        shard, num_shards = int(shard), int(num_shards)
-        it = fn(shard, num_shards) if arity == 2 else fn()
-        for i, element in enumerate(it):
-            yield checker(element, i, shard if num_parallel > 1 else None) if checker else element
-
-    def instance(k):
-        return tf.data.Dataset.from_generator(gen, output_signature=output_signature,
-                                              args=(k, num_parallel))
-
-    def elements(_):
-        """The instances interleaved (one element of each in turn), then shuffled."""
-        if num_parallel == 1:
-            ds = instance(tf.constant(0, tf.int64))
-        else:
-            ds = tf.data.Dataset.range(num_parallel).interleave(
-                instance, cycle_length=num_parallel, block_length=1,
-                num_parallel_calls=num_parallel, deterministic=seed is not None or None)
-        if shuffle_buffer_size:
-            ds = ds.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
-        return ds, None
-
-    return plan.order(elements, batch_size=batch_size, drop_remainder=drop_remainder,
+    source = _Instances(fn, arity, output_signature, num_parallel,
+                        _checker(output_signature) if check else None, order,
+                        shuffle_buffer_size)
+    return plan.order(source.elements, batch_size=batch_size, drop_remainder=drop_remainder,
                       prefetch=prefetch)
+
+
+class _Instances:
+    """``num_parallel`` instances of the generator, interleaved (one element of each in
+    turn), then shuffled (``elements``)."""
+
+    def __init__(self, fn, arity, output_signature, num_parallel, checker, order, buffer):
+        self.fn, self.arity, self.output_signature = fn, arity, output_signature
+        self.num_parallel, self.checker, self.order, self.buffer = (
+            num_parallel, checker, order, buffer)
+
+    def gen(self, shard, num_shards):
+        shard, num_shards = int(shard), int(num_shards)
+        it = self.fn(shard, num_shards) if self.arity == 2 else self.fn()
+        checker, where = self.checker, shard if self.num_parallel > 1 else None
+        for i, element in enumerate(it):
+            yield checker(element, i, where) if checker else element
+
+    def instance(self, k):
+        return tf.data.Dataset.from_generator(self.gen, output_signature=self.output_signature,
+                                              args=(k, self.num_parallel))
+
+    def elements(self, _):
+        """The instances interleaved (one element of each in turn), then shuffled."""
+        n = self.num_parallel
+        if n == 1:
+            ds = self.instance(tf.constant(0, tf.int64))
+        else:
+            # ordered with a seed; without one, as the dataset's options say
+            ds = tf.data.Dataset.range(n).interleave(
+                self.instance, cycle_length=n, block_length=1, num_parallel_calls=n,
+                deterministic=self.order.seed is not None or None)
+        if self.buffer:
+            ds = plan.shuffle(ds, self.buffer, self.order.seed)
+        return ds, None

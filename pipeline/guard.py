@@ -396,7 +396,7 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
     (``rare_path_py``), so the guard is quick to build; on tf.data service
     workers it is built in graph (``rare_path_graph``).
     """
-    raise_mode = opts.on_error == "raise"
+    raise_mode = opts.on_error.raises
     python_ok = not opts.service  # py_function cannot run on service workers
     rare_path = rare_path_py if python_ok else rare_path_graph
     rare = rare_path(opts, error_log, source, expected, lost_detail, damaged_py)
@@ -468,7 +468,7 @@ def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[i
     refused (their reason) and raises the first one or records them all, and
     fails an epoch that delivered nothing (``on_error="skip"``). It returns ""
     or the failure, which an in-graph assertion raises."""
-    raise_mode = opts.on_error == "raise"
+    raise_mode = opts.on_error.raises
     K = CHUNK
     big = 2 ** 62
 
@@ -595,7 +595,7 @@ def rare_path_graph(opts, error_log: ErrorLog, source: Source, expected: Optiona
     in-graph assertion, and skipped files are reported on the worker's stderr
     (``pipeline.errors(ds)`` stays empty)."""
     del error_log, damaged_py  # no Python here
-    raise_mode = opts.on_error == "raise"
+    raise_mode = opts.on_error.raises
     K = CHUNK
 
     def why(key):

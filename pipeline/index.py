@@ -357,7 +357,7 @@ def _index_directory(directory, labels="inferred", class_names=None,
                     f"`labels` has {len(given)} entries but {directory!r} has "
                     f"{len(paths)} image files (sorted order). Received: labels=<{len(given)} items>")
             label_list = _check_int_labels(given, class_names)
-    if unlisted and on_error == "raise":
+    if unlisted and config.OnError.of(on_error).raises:
         raise unlistable_error(unlisted)
     warn_left_out(left_out, directory)
     warn_in_no_class(in_no_class, directory)

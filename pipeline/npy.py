@@ -177,70 +177,88 @@ def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[in
     shuffle_buffer_size = checks.check_int("shuffle_buffer_size", shuffle_buffer_size)
     cycle_length = checks.check_int("cycle_length", cycle_length, allow_none=True)
     prefetch = checks.check_int("prefetch", prefetch, minimum=0)
-    shuffle = checks.check_bool("shuffle", shuffle)
     drop_remainder = checks.check_bool("drop_remainder", drop_remainder)
     if deterministic is not None:
         deterministic = checks.check_bool("deterministic", deterministic)
-    if num_parallel_calls is not None and num_parallel_calls != tf.data.AUTOTUNE:
-        num_parallel_calls = checks.check_int("num_parallel_calls", num_parallel_calls)
-    seed = config.check_seed(seed)
-    x_files = _files(inputs, "inputs")
-    x_infos = [read_header(f) for f in x_files]
-    _check_same(x_infos, "inputs")
-    y_infos = None
-    if labels is not None:
-        y_files = _files(labels, "labels")
-        if len(y_files) != len(x_files):
-            raise ValueError(f"{len(x_files)} input file(s) but {len(y_files)} label file(s); "
-                             f"they pair by sorted order. Received: labels={labels!r}")
-        y_infos = [read_header(f) for f in y_files]
-        _check_same(y_infos, "labels")
-        for xi, yi in zip(x_infos, y_infos):
-            if xi.rows != yi.rows:
-                raise ValueError(f"{yi.path} has {yi.rows} rows but its input file "
-                                 f"{xi.path} has {xi.rows}")
+    # the image factories' option groups: their checks, their parallelism and determinism
+    order = config.OrderOptions(shuffle=shuffle, seed=seed, deterministic=deterministic)
+    runtime = config.RuntimeOptions(num_parallel_calls=num_parallel_calls, prefetch=prefetch)
+    x_infos, y_infos = _shard_infos(inputs, labels)
     total = sum(i.rows for i in x_infos)
     if total == 0:
         raise ValueError(f"The shards hold no rows. Received: inputs={inputs!r}")
-    parallel = num_parallel_calls or 2 * checks.cpu_count()
-    det = deterministic if deterministic is not None else (seed is not None or not shuffle)
-    cycle = min(len(x_files), cycle_length or 4)
-
-    cols = [tf.constant([i.path for i in x_infos]),
-            tf.constant([i.header_bytes for i in x_infos], tf.int64)]
-    if y_infos:
-        cols += [tf.constant([i.path for i in y_infos]),
-                 tf.constant([i.header_bytes for i in y_infos], tf.int64)]
-    x_rb, x_dec = x_infos[0].record_bytes, _decoder(x_infos[0])
-    y_rb = y_infos[0].record_bytes if y_infos else 0
-    y_dec = _decoder(y_infos[0]) if y_infos else None
-
-    def rows(*c):
-        x = tf.data.FixedLengthRecordDataset(c[0], x_rb, header_bytes=c[1])
-        if not y_infos:
-            return x
-        return tf.data.Dataset.zip((x, tf.data.FixedLengthRecordDataset(
-            c[2], y_rb, header_bytes=c[3])))
-
-    def elements(_):
-        """Files shuffled, read row by row (interleaved), rows shuffled in a buffer."""
-        files = tf.data.Dataset.from_tensor_slices(tuple(cols))
-        if shuffle:
-            files = files.shuffle(len(x_files), seed=seed, reshuffle_each_iteration=True)
-        ds = files.interleave(rows, cycle_length=cycle, block_length=1,
-                              num_parallel_calls=min(cycle, parallel), deterministic=det)
-        if shuffle:
-            ds = ds.shuffle(min(total, shuffle_buffer_size), seed=seed,
-                            reshuffle_each_iteration=True)
-        return ds, None
-
-    # decoded on batches: one decode_raw per batch, not per row
-    decode = (lambda a, b: (x_dec(a), y_dec(b))) if y_infos else x_dec
+    reader = _Rows(x_infos, y_infos, order, runtime.parallelism,
+                   min(len(x_infos), cycle_length or 4), min(total, shuffle_buffer_size))
     options = tf.data.Options()
-    options.deterministic = det
-    ds = plan.order(elements, batch_size=batch_size, drop_remainder=drop_remainder,
-                    on_batches=plan.Map(decode, parallel, det), prefetch=prefetch,
-                    options=options)
-    ds.file_paths = x_files
+    options.deterministic = order.is_deterministic
+    ds = plan.order(reader.elements, batch_size=batch_size, drop_remainder=drop_remainder,
+                    on_batches=plan.Map(reader.decode, runtime.parallelism,
+                                        order.is_deterministic),
+                    prefetch=prefetch, options=options)
+    ds.file_paths = [i.path for i in x_infos]
     ds.num_rows = total
     return ds
+
+
+def _shard_infos(inputs, labels):
+    """The headers of the input shards and of their label shards (or None), checked
+    to agree (row shapes and dtypes between shards, row counts between pairs)."""
+    x_files = _files(inputs, "inputs")
+    x_infos = [read_header(f) for f in x_files]
+    _check_same(x_infos, "inputs")
+    if labels is None:
+        return x_infos, None
+    y_files = _files(labels, "labels")
+    if len(y_files) != len(x_files):
+        raise ValueError(f"{len(x_files)} input file(s) but {len(y_files)} label file(s); "
+                         f"they pair by sorted order. Received: labels={labels!r}")
+    y_infos = [read_header(f) for f in y_files]
+    _check_same(y_infos, "labels")
+    for xi, yi in zip(x_infos, y_infos):
+        if xi.rows != yi.rows:
+            raise ValueError(f"{yi.path} has {yi.rows} rows but its input file "
+                             f"{xi.path} has {xi.rows}")
+    return x_infos, y_infos
+
+
+class _Rows:
+    """The rows of the shards: files shuffled, read row by row (interleaved), rows
+    shuffled in a buffer (``elements``), decoded on batches (``decode``)."""
+
+    def __init__(self, x_infos, y_infos, order, parallel: int, cycle: int, buffer: int):
+        self.x_infos, self.y_infos, self.order = x_infos, y_infos, order
+        self.parallel, self.cycle, self.buffer = parallel, cycle, buffer
+        self.cols = [tf.constant([i.path for i in x_infos]),
+                     tf.constant([i.header_bytes for i in x_infos], tf.int64)]
+        if y_infos:
+            self.cols += [tf.constant([i.path for i in y_infos]),
+                          tf.constant([i.header_bytes for i in y_infos], tf.int64)]
+        self.x_dec = _decoder(x_infos[0])
+        self.y_dec = _decoder(y_infos[0]) if y_infos else None
+
+    def rows(self, *c):
+        x = tf.data.FixedLengthRecordDataset(c[0], self.x_infos[0].record_bytes,
+                                             header_bytes=c[1])
+        if not self.y_infos:
+            return x
+        return tf.data.Dataset.zip((x, tf.data.FixedLengthRecordDataset(
+            c[2], self.y_infos[0].record_bytes, header_bytes=c[3])))
+
+    def elements(self, _):
+        """Files shuffled, read row by row (interleaved), rows shuffled in a buffer."""
+        order = self.order
+        files = tf.data.Dataset.from_tensor_slices(tuple(self.cols))
+        if order.shuffle:
+            files = plan.shuffle(files, len(self.x_infos), order.seed)
+        ds = files.interleave(self.rows, cycle_length=self.cycle, block_length=1,
+                              num_parallel_calls=min(self.cycle, self.parallel),
+                              deterministic=order.is_deterministic)
+        if order.shuffle:
+            ds = plan.shuffle(ds, self.buffer, order.seed)
+        return ds, None
+
+    def decode(self, *records):
+        """Decoded on batches: one decode_raw per batch, not per row."""
+        if self.y_infos:
+            return self.x_dec(records[0]), self.y_dec(records[1])
+        return self.x_dec(records[0])

@@ -18,6 +18,7 @@ from typing import Dict, List, Tuple
 from absl import logging
 
 from pipeline import checks
+from pipeline import config
 from pipeline import formats
 from pipeline import index as index_lib
 from pipeline import manifest as manifest_lib
@@ -143,7 +144,7 @@ def index_directory_pairs(images_dir, masks_dir, mask_suffix: str = "",
         paths.append(mask)
         mask_paths.append(mask)
     orphans = no_mask + no_image
-    if orphans and on_error == "raise":
+    if orphans and config.OnError.of(on_error).raises:
         shown = "; ".join(f"{p}: {why}" for p, why in orphans[:_SHOWN])
         more = f" (and {len(orphans) - _SHOWN} more)" if len(orphans) > _SHOWN else ""
         raise ValueError(

@@ -8,7 +8,9 @@ repeat, batch, dtype, prefetch; then cardinality, options, the tf.data
 service and the device. So every element is delivered exactly once per epoch
 across all input pipelines, whatever ``seed`` is, and a cache holds a
 shuffled epoch. Every random stream drawn from ``seed`` (the epoch keys, the
-per-element seeds) is drawn here (``_pairs``).
+per-element seeds) is drawn here (``_pairs``), and every op seed of a random
+stage (the shuffles, the per-element seeds, sampling's streams) is derived
+from ``seed`` or the epoch key by one function, ``op_seed``.
 
 * Rows of a path table (folders, path lists, manifests): the rows of this
   pipeline's shard are permuted anew each epoch: up to ``EXACT_SHUFFLE_ROWS``
@@ -34,6 +36,7 @@ per-element seeds) is drawn here (``_pairs``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
@@ -55,6 +58,38 @@ def _pairs(seed, rerandomize: bool = True) -> tf.data.Dataset:
         2, drop_remainder=True)
 
 
+# The streams of ``op_seed``: ORDER (the rows, the shard files, the reshuffle above a
+# cache), RECORDS (the record buffer, sampling's draw between classes), ELEMENTS (the
+# per-element seeds), and CLASS_STREAMS + c (sampling's stream of class c).
+ORDER, RECORDS, ELEMENTS, CLASS_STREAMS = 0, 1, -1, 2
+_GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / the golden ratio: distinct odd multiples per class
+
+
+def op_seed(seed: Optional[int], key=None, stream: int = ORDER):
+    """The op seed of one random stream: the one derivation of every seed from ``seed``.
+
+    Args:
+        seed: the user's seed (int or None).
+        key: None, or the epoch's int64 [2] key (``epoch_keys``).
+        stream: ``ORDER``, ``RECORDS``, ``ELEMENTS`` or ``CLASS_STREAMS + c``.
+
+    Returns:
+        Without a key, ``seed`` itself (the op then draws anew from it each
+        iteration). With the key: ``key[0]`` (ORDER), ``key[1]`` (RECORDS),
+        ``key[0] XOR key[1]`` (ELEMENTS), ``key[0] XOR (0x9E3779B97F4A7C15 *
+        (c + 1) mod 2**63)`` (class ``c``): int64 scalars, a function of the key
+        alone.
+    """
+    if key is None:
+        return seed
+    if stream in (ORDER, RECORDS):
+        return key[stream]
+    if stream == ELEMENTS:
+        return tf.bitwise.bitwise_xor(key[0], key[1])
+    salt = _GOLDEN * (stream - CLASS_STREAMS + 1) % 2 ** 63
+    return tf.bitwise.bitwise_xor(key[0], tf.constant(salt, tf.int64))
+
+
 def epoch_keys(seed: Optional[int]) -> tf.data.Dataset:
     """One int64 [2] key per epoch (per iterator), drawn from ``seed``."""
     return _pairs(seed).take(1)
@@ -68,7 +103,7 @@ def element_seeds(seed: Optional[int], epoch_key=None) -> tf.data.Dataset:
     [2] key (``epoch_keys``), the stream is a function of that key alone.
     """
     if epoch_key is not None:
-        return _pairs(tf.bitwise.bitwise_xor(epoch_key[0], epoch_key[1]), rerandomize=False)
+        return _pairs(op_seed(seed, epoch_key, ELEMENTS), rerandomize=False)
     return _pairs(seed)
 
 
@@ -99,13 +134,12 @@ def keyed_epoch(build: Callable[[tf.Tensor], tf.data.Dataset]) -> Callable[[tf.T
     return fn
 
 
-def _shuffle(ds, buffer_size, opts, key, which: int):
-    """``ds.shuffle``: reshuffled each iteration from ``opts.seed``, or, given an
-    epoch key (int64 [2]), in the one order that key and ``which`` (0 or 1)
-    give, whatever process or iterator runs it."""
-    if key is None:
-        return ds.shuffle(buffer_size, seed=opts.seed, reshuffle_each_iteration=True)
-    return ds.shuffle(buffer_size, seed=key[which], reshuffle_each_iteration=False)
+def shuffle(ds, buffer_size: int, seed: Optional[int], key=None, stream: int = ORDER):
+    """``ds.shuffle``: reshuffled each iteration from ``seed``, or, given an epoch key
+    (int64 [2]), in the one order that key and ``stream`` give (``op_seed``),
+    whatever process or iterator runs it."""
+    return ds.shuffle(buffer_size, seed=op_seed(seed, key, stream),
+                      reshuffle_each_iteration=key is None)
 
 
 def rows(n: int, opts, key=None, labels=None,
@@ -148,7 +182,7 @@ def rows(n: int, opts, key=None, labels=None,
         if m <= EXACT_SHUFFLE_ROWS or opts.service:
             # A uniform shuffle of all the rows (8 bytes each); its source stays
             # splittable for the tf.data service's dynamic sharding.
-            ds = _shuffle(ds, m, opts, key, 0)
+            ds = shuffle(ds, m, opts.seed, key, ORDER)
         else:
             def permuted(key):
                 return tf.data.Dataset.range(m).map(graph_fn(
@@ -182,8 +216,7 @@ def sampled_rows(n: int, opts, key, labels, shares) -> tf.data.Dataset:
         if share <= 0 or not len(rows_c):
             continue
         # Distinct stateless-style op seeds per class, all drawn from the epoch key.
-        seed = tf.bitwise.bitwise_xor(key[0], tf.constant(0x9E3779B97F4A7C15 * (c + 1)
-                                                          % 2 ** 63, tf.int64))
+        seed = op_seed(opts.seed, key, CLASS_STREAMS + c)
         streams.append(tf.data.Dataset.from_tensor_slices(rows_c).shuffle(
             len(rows_c), seed=seed, reshuffle_each_iteration=True).repeat())
         weights.append(float(share))
@@ -191,7 +224,7 @@ def sampled_rows(n: int, opts, key, labels, shares) -> tf.data.Dataset:
         return tf.data.Dataset.range(0)
     total = sum(weights)
     return tf.data.Dataset.sample_from_datasets(
-        streams, weights=[w / total for w in weights], seed=key[1],
+        streams, weights=[w / total for w in weights], seed=op_seed(opts.seed, key, RECORDS),
         stop_on_empty_dataset=False).take(len(mine))
 
 
@@ -229,7 +262,7 @@ def records(files: Sequence[str], counts: Sequence[int], opts, reader: Callable,
         if k > 1:
             ds = ds.shard(k, i)
         if opts.shuffle and len(mine) > 1:
-            ds = _shuffle(ds, len(mine), opts, key, 0)
+            ds = shuffle(ds, len(mine), opts.seed, key, ORDER)
     else:
         expected = len(range(i, n, k))
         logging.info("pipeline: %d shards < %d input pipelines: every pipeline reads all "
@@ -244,7 +277,7 @@ def records(files: Sequence[str], counts: Sequence[int], opts, reader: Callable,
     if not by_file:
         ds = ds.shard(k, i)
     if opts.shuffle:
-        ds = _shuffle(ds, max(1, min(expected, buffer_size)), opts, key, 1)
+        ds = shuffle(ds, max(1, min(expected, buffer_size)), opts.seed, key, RECORDS)
     if opts.service and opts.processing_mode != "off":
         expected = None
     return ds, expected
@@ -316,44 +349,77 @@ def order(elements: Callable, *, seed: Optional[int] = None, keyed: bool = False
     Returns:
         The ``tf.data.Dataset``.
     """
-    at_guard = (guard is not None and batch_size is not None and fixed_shape
-                and cache is None and not drop_remainder)
-    dtype_in_finish = (on_batches is not None and finish is not None and cache is None
-                       and (batch_size is None or at_guard))
-    lengths = []
-
-    def below(key):
-        ds, n = elements(key)                                      # shard, then shuffle
-        ds = _map(ds, map)                                         # read, decode, augment
-        ds = ds.ignore_errors() if guard is not None else ds       # a failure: a gap
-        ds = _cache(ds, cache)                                     # decoded, before the guard
-        ds = guard(ds, batch_size if at_guard else None, n) if guard else ds
-        ds = finish(ds, dtype_in_finish) if finish else ds         # output structure
-        lengths.append(n)
-        return ds, n
-
-    def above(ds, n, key):
-        ds = _above_cache(ds, cache, shuffle_cached, augment, seed, key)
-        ds = ds.repeat(repeat) if repeat != 1 else ds
-        ds = _batch(ds, None if at_guard else batch_size, drop_remainder, n)
-        ds = ds if dtype_in_finish else _map(ds, on_batches)       # dtype
-        return ds.prefetch(prefetch) if prefetch else ds
-
+    steps = _Steps(elements, seed, map, cache, guard, finish, shuffle_cached, augment, repeat,
+                   batch_size, drop_remainder, fixed_shape, on_batches, prefetch)
     random_above_cache = cache is not None and bool(shuffle_cached or augment)
     if service is not None or not (keyed or random_above_cache):
-        ds = above(*below(None), None)
+        ds = steps.above(*steps.below(None), None)
     elif cache is None:  # the whole epoch built from its key
-        ds = epoch_keys(seed).flat_map(graph_fn(keyed_epoch(lambda key: above(*below(key), key))))
+        ds = epoch_keys(seed).flat_map(graph_fn(keyed_epoch(steps.epoch)))
     else:  # the cache built once; what is above it from each epoch's key
-        cached, n = below(None)
-        ds = epoch_keys(seed).flat_map(graph_fn(keyed_epoch(lambda key: above(cached, n, key))))
+        above_cached = functools.partial(steps.above, *steps.below(None))
+        ds = epoch_keys(seed).flat_map(graph_fn(keyed_epoch(above_cached)))
     if known_length and service is None:
-        ds = _assert_length(ds, lengths[0], batch_size, drop_remainder)
+        ds = _assert_length(ds, steps.lengths[0], batch_size, drop_remainder)
     ds = ds.with_options(options) if options is not None else ds
     ds = service(ds) if service is not None else ds
     if device:  # must be the last stage; one device, no strategy
         ds = ds.apply(tf.data.experimental.prefetch_to_device(device, max(prefetch, 1)))
     return ds
+
+
+@dataclasses.dataclass
+class _Steps:
+    """``order``'s steps below the cache (``below``) and above it (``above``), in order."""
+    elements: Callable
+    seed: Optional[int]
+    map: Optional[Map]
+    cache: Optional[str]
+    guard: Optional[Callable]
+    finish: Optional[Callable]
+    shuffle_cached: int
+    augment: Optional[Map]
+    repeat: Optional[int]
+    batch_size: Optional[int]
+    drop_remainder: bool
+    fixed_shape: bool
+    on_batches: Optional[Map]
+    prefetch: int
+    lengths: List[Optional[int]] = dataclasses.field(default_factory=list)
+
+    @property
+    def at_guard(self) -> bool:
+        """The guard checks the user's batches (it batches them itself)."""
+        return (self.guard is not None and self.batch_size is not None and self.fixed_shape
+                and self.cache is None and not self.drop_remainder)
+
+    @property
+    def dtype_in_finish(self) -> bool:
+        """``finish`` applies ``on_batches`` itself (one map fewer)."""
+        return (self.on_batches is not None and self.finish is not None and self.cache is None
+                and (self.batch_size is None or self.at_guard))
+
+    def below(self, key):
+        ds, n = self.elements(key)                                 # shard, then shuffle
+        ds = _map(ds, self.map)                                    # read, decode, augment
+        ds = ds.ignore_errors() if self.guard is not None else ds  # a failure: a gap
+        ds = _cache(ds, self.cache)                                # decoded, before the guard
+        if self.guard:
+            ds = self.guard(ds, self.batch_size if self.at_guard else None, n)
+        ds = self.finish(ds, self.dtype_in_finish) if self.finish else ds  # output structure
+        self.lengths.append(n)
+        return ds, n
+
+    def above(self, ds, n, key):
+        ds = _above_cache(ds, self.cache, self.shuffle_cached, self.augment, self.seed, key)
+        ds = ds.repeat(self.repeat) if self.repeat != 1 else ds
+        ds = _batch(ds, None if self.at_guard else self.batch_size, self.drop_remainder, n)
+        ds = ds if self.dtype_in_finish else _map(ds, self.on_batches)  # dtype
+        return ds.prefetch(self.prefetch) if self.prefetch else ds
+
+    def epoch(self, key):
+        """The whole epoch built from its key."""
+        return self.above(*self.below(key), key)
 
 
 def _map(ds, step: Optional[Map]):
@@ -381,9 +447,7 @@ def _above_cache(ds, cache, n: int, augment: Optional[Map], seed, key=None):
     if cache is None:
         return ds
     if n:
-        buffer = max(1, min(n, AFTER_CACHE_BUFFER))
-        ds = (ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True) if key is None
-              else ds.shuffle(buffer, seed=key[0], reshuffle_each_iteration=False))
+        ds = shuffle(ds, max(1, min(n, AFTER_CACHE_BUFFER)), seed, key, ORDER)
     if augment is not None:
         ds = _map(tf.data.Dataset.zip(ds, element_seeds(seed, key)), augment)
     return ds

@@ -62,7 +62,7 @@ class BadFilesError(RuntimeError):
 
 def bad_files_message(records, num_files: int, on_error: str) -> str:
     from pipeline import guard  # pylint: disable=import-outside-toplevel
-    if on_error == "skip":
+    if config.OnError.of(on_error).skips:
         head = f"all {num_files} files are bad: no record to write"
     else:
         head = (f"cannot write file {records[0].path} ({records[0].reason}); {len(records)} "

@@ -104,7 +104,7 @@ def check_files(idx: index_lib.Index, on_error: str, max_pixels: Optional[int] =
     records = [guard.ErrorRecord(b["path"], b["reason"]) for b in found.bad_files]
     bad = {r.path for r in records}
     good = [k for k, p in enumerate(idx.paths) if p not in bad]
-    if records and (on_error == "raise" or not good):
+    if records and (config.OnError.of(on_error).raises or not good):
         raise BadFilesError(records, len(idx),
                             bad_files_message(records, len(idx), on_error))
     return (idx.subset(good) if records else idx), records
@@ -172,12 +172,12 @@ def write_tfrecords(source, output_dir, num_shards: Optional[int] = None, *,
     plan_options, beam_flags = _write_options(
         num_shards, shuffle, seed, on_error, max_pixels, max_resolution, jpeg_quality,
         beam_runner, beam_options, num_workers)
-    beam_runner = plan_options.pop("beam_runner")
+    beam_runner, on_error = plan_options.pop("beam_runner"), plan_options["on_error"]
     output_dir = _check_output_dir(output_dir, source)
     if beam_runner is not None:
         from pipeline import beam_write  # pylint: disable=import-outside-toplevel
         beam_write.pipeline_options(beam_runner, beam_flags)  # Beam installed, its options known
-    idx = source_index(source, skip_missing=on_error == "skip", **index_kw)
+    idx = source_index(source, skip_missing=on_error is config.OnError.SKIP, **index_kw)
     read.ensure_filesystem(output_dir, in_graph=True)
     plan = plan_sha256(idx, **plan_options)
     if beam_runner is not None:
@@ -206,7 +206,7 @@ def _write_options(num_shards, shuffle, seed, on_error, max_pixels, max_resoluti
     shuffle = checks.check_bool("shuffle", shuffle)
     seed = config.check_seed(seed)
     if on_error is not None:
-        config.check_on_error(on_error)
+        on_error = config.check_on_error(on_error)
     if max_pixels is not None:
         max_pixels = checks.check_int("max_pixels", max_pixels)
     max_resolution, jpeg_quality = check_resolution(max_resolution, jpeg_quality)
@@ -287,7 +287,7 @@ def bad_files_lines(error: BadFilesError, on_error: str) -> List[str]:
     ``on_error=raise``), then "  PATH: REASON" for each bad file."""
     n = len(error.records)
     head = (f"all {error.num_files} files are bad: nothing to write"
-            if n == error.num_files and on_error == "skip" else
+            if n == error.num_files and config.OnError.of(on_error).skips else
             f"{n} bad file{'s' if n > 1 else ''} of {error.num_files}; nothing written "
             "(on_error=raise; on_error=skip leaves them out)")
     return [f"{head}:"] + [f"  {r.path}: {r.reason}" for r in error.records]

@@ -103,18 +103,8 @@ def from_directory(directory, labels="inferred", class_names=None, follow_links=
             recorded in ``pipeline.errors(ds)``).
     """
     if masks_dir is not None:
-        if not (labels is None or isinstance(labels, str) and labels == "inferred") \
-                or class_names is not None:
-            raise ValueError("With `masks_dir` (segmentation pairs), elements are (image, mask): "
-                             "`labels` must be 'inferred' (the default) or None, and "
-                             "`class_names` None. " + checks.received(
-                                 "labels" if class_names is None else "class_names",
-                                 labels if class_names is None else class_names))
-        opts = config_lib.make_options("from_directory", **{**options, "label_mode": None})
-        idx = pairs_lib.index_directory_pairs(
-            directory, masks_dir, mask_suffix, image_suffix,
-            checks.check_bool("follow_links", follow_links), opts.on_error)
-        return _build_pairs(idx, opts)
+        return _directory_pairs(directory, labels, class_names, follow_links, masks_dir,
+                                mask_suffix, image_suffix, options)
     if mask_suffix or image_suffix:
         raise ValueError("`mask_suffix` and `image_suffix` match images to masks: pass "
                          f"`masks_dir` too. {checks.received('mask_suffix', mask_suffix)}, "
@@ -237,20 +227,8 @@ def from_manifest(manifest, path_column: str = "path", label_columns=None, root=
             the manifest's file name and line number.
     """
     if mask_column is not None:
-        if label_columns is not None or weight_column is not None or class_names is not None:
-            raise ValueError(
-                "With `mask_column` (segmentation pairs), elements are (image, mask): "
-                "`label_columns`, `weight_column` and `class_names` must be None. Received: "
-                f"label_columns={label_columns!r}, weight_column={weight_column!r}, "
-                f"class_names={class_names!r}")
-        opts = config_lib.make_options("from_manifest", **{**options, "label_mode": None})
-        idx, _ = manifest_lib.index_manifest(
-            manifest, path_column, None, root, None, allow_outside_root, None, None,
-            missing_ok=opts.on_error == "skip")
-        idx.labels, idx.class_names = None, None
-        idx = pairs_lib.add_manifest_masks(idx, manifest, mask_column, root, allow_outside_root,
-                                           missing_ok=opts.on_error == "skip")
-        return _build_pairs(idx, opts)
+        return _manifest_pairs(manifest, path_column, label_columns, root, weight_column,
+                               allow_outside_root, class_names, mask_column, options)
     mode = None if label_mode is None else "int"
     if label_mode not in (manifest_lib.AUTO, None):
         mode = label_mode
@@ -258,7 +236,7 @@ def from_manifest(manifest, path_column: str = "path", label_columns=None, root=
     config_lib.check_pair_options("from_manifest", opts, False)
     idx, resolved = manifest_lib.index_manifest(
         manifest, path_column, label_columns, root, weight_column, allow_outside_root,
-        label_mode, class_names, missing_ok=opts.on_error == "skip")
+        label_mode, class_names, missing_ok=opts.on_error.skips)
     if resolved != opts.label_mode:  # "auto" resolved from the cells
         opts = dataclasses.replace(opts, label_mode=resolved)
     return assemble.build_subsets(idx, opts)
@@ -310,6 +288,42 @@ def from_tfrecords(files, shuffle_buffer_size: int = 1024, **options):
     records = shards.open_records(files, opts, shuffle_buffer_size)
     config_lib.check_pair_options("from_tfrecords", opts, records.has_masks)
     return assemble.build(records, opts, num_classes=records.num_classes)
+
+
+def _directory_pairs(directory, labels, class_names, follow_links, masks_dir, mask_suffix,
+                     image_suffix, options):
+    """``from_directory`` with ``masks_dir``: segmentation pairs."""
+    if not (labels is None or isinstance(labels, str) and labels == "inferred") \
+            or class_names is not None:
+        raise ValueError("With `masks_dir` (segmentation pairs), elements are (image, mask): "
+                         "`labels` must be 'inferred' (the default) or None, and "
+                         "`class_names` None. " + checks.received(
+                             "labels" if class_names is None else "class_names",
+                             labels if class_names is None else class_names))
+    opts = config_lib.make_options("from_directory", **{**options, "label_mode": None})
+    idx = pairs_lib.index_directory_pairs(
+        directory, masks_dir, mask_suffix, image_suffix,
+        checks.check_bool("follow_links", follow_links), opts.on_error)
+    return _build_pairs(idx, opts)
+
+
+def _manifest_pairs(manifest, path_column, label_columns, root, weight_column,
+                    allow_outside_root, class_names, mask_column, options):
+    """``from_manifest`` with ``mask_column``: segmentation pairs."""
+    if label_columns is not None or weight_column is not None or class_names is not None:
+        raise ValueError(
+            "With `mask_column` (segmentation pairs), elements are (image, mask): "
+            "`label_columns`, `weight_column` and `class_names` must be None. Received: "
+            f"label_columns={label_columns!r}, weight_column={weight_column!r}, "
+            f"class_names={class_names!r}")
+    opts = config_lib.make_options("from_manifest", **{**options, "label_mode": None})
+    idx, _ = manifest_lib.index_manifest(
+        manifest, path_column, None, root, None, allow_outside_root, None, None,
+        missing_ok=opts.on_error.skips)
+    idx.labels, idx.class_names = None, None
+    idx = pairs_lib.add_manifest_masks(idx, manifest, mask_column, root, allow_outside_root,
+                                       missing_ok=opts.on_error.skips)
+    return _build_pairs(idx, opts)
 
 
 def _build_pairs(idx, opts):
