@@ -6,5 +6,5 @@ reports throughput, images per CPU-second, time to first batch and peak memory
 ``pipeline.benchmarking.bench`` is the ``bench`` command as a function (its checks, its
 reports); ``pipeline.benchmarking.candidates`` registers the candidates built on public
 APIs (pipeline, Keras, plain tf.data, ...). The optional peers (torch, DALI, ...)
-are in ``benchmarks/candidates.py``.
+are in ``benchmarks/peer_candidates.py``.
 """
