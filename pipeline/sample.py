@@ -19,7 +19,7 @@ from typing import Tuple
 import numpy as np
 
 __all__ = ["cache_root", "data_dir_label", "default_data_dir", "ensure_sample", "make_image",
-           "make_photo", "sample_note", "sample_size"]
+           "make_photo", "sample_dir", "sample_note", "sample_size"]
 
 SAMPLE_VERSION = 1
 # The built-in samples by name: None, sides drawn in 300-600 pixels; else (height, width).
