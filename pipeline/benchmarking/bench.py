@@ -51,8 +51,8 @@ FLAGS = [
      "Candidates beside pipeline (empty: none), e.g. keras, plain."),
     ("sample", "small", "The built-in sample (when no --data_dir): small (300-600 px photos) "
      "or large (4000x3000, 12 MP: pipeline decodes them at a reduced DCT scale).", "KIND"),
-    ("sample_images", None, "Images in the built-in sample (default: 512; with "
-     "--sample=large, 160).", int),
+    ("sample_images", None, "Images in the built-in sample. [default: 512; with "
+     "--sample=large, 160]", int),
     ("seed", DEFAULTS["seed"], "The shuffle (and augmentation) seed every candidate gets."),
     ("on_error", "raise", "What pipeline does with a bad file: 'raise' or 'skip'."),
     ("max_spread", DEFAULTS["max_spread"],
