@@ -27,11 +27,12 @@ import time
 
 from absl import app, flags
 
-from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
-from candidates import data_dir as _data_dir  # noqa: E402
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "Class-folder photo root. " + DATA_DIR_HELP)
+common_flags.define(data_dir="Class-folder photo root.",
+                    repeats=(1, "Runs of each writer, alternated."),
+                    json_out=(None, "Also write the results as JSON to this file."))
 flags.DEFINE_integer("num_shards", 8, "Shards written by each run.")
 flags.DEFINE_integer("max_resolution", 256, "Store each image with its shorter side at most "
                      "this (re-encoded); 0 = the files' bytes unchanged.")
@@ -45,13 +46,11 @@ flags.DEFINE_integer("copies", 1, "Write each photo this many times (linked unde
 flags.DEFINE_integer("single_workers", 0, "The single-process writer's threads "
                      "(num_workers); 0 = its default, one per shard up to 2 x the cores.")
 flags.DEFINE_enum("only", "both", ["both", "single", "beam"], "Run only this writer.")
-flags.DEFINE_integer("repeats", 1, "Runs of each writer, alternated.")
 flags.DEFINE_integer("start_images", 8, "Photos of the run that measures Beam's start cost; "
                      "0 = no such run.")
 flags.DEFINE_integer("paper_images", 10_000_000, "Images of the paper estimate.")
 flags.DEFINE_list("paper_workers", ["10", "100", "1000"], "Worker counts of the estimate.")
 flags.DEFINE_integer("worker_cores", 4, "Cores per worker in the estimate.")
-flags.DEFINE_string("json_out", None, "Also write the results as JSON to this file.")
 
 _CHILD = r"""
 import json, sys, time

@@ -39,20 +39,19 @@ import time
 
 from absl import app, flags
 
-from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
-from candidates import data_dir as _data_dir  # noqa: E402
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
 
 import tensorflow as tf  # noqa: E402
 
 from pipeline import decode, sample, stack, transform  # noqa: E402
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "Class-folder photo root. " + DATA_DIR_HELP)
-flags.DEFINE_integer("num_images", 0, "Use only the first N JPEG photos; 0 = all.")
-flags.DEFINE_integer("image_size", 224, "Resize target, height and width (pixels).")
-flags.DEFINE_integer("epochs", 2, "Epochs per timed pass.")
-flags.DEFINE_integer("repeats", 3, "Alternating rounds over all candidates.")
-flags.DEFINE_string("json_out", None, "Write the figures as JSON here.")
+common_flags.define(data_dir="Class-folder photo root.",
+                    num_images=(0, "Use only the first N JPEG photos; 0 = all."),
+                    image_size=(224, "Resize target, height and width (pixels)."),
+                    epochs=(2, "Epochs per timed pass."),
+                    repeats=(3, "Alternating rounds over all candidates."),
+                    json_out=(None, "Write the figures as JSON here."))
 flags.DEFINE_bool("single_device", True, "Instantiate the map functions on their one device, "
                   "as the pipeline does (pipeline.stack.single_device_functions); "
                   "--nosingle_device: TensorFlow's default multi-device runtime.")

@@ -34,35 +34,27 @@ The same code path as the GPU run with ResNet-50 and mixed precision, on CPU
 
 import os
 import statistics
-import sys
 import tempfile
 import time
 
 from absl import app, flags
 
-from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
-from candidates import data_dir as _data_dir  # noqa: E402
-from candidates import symlink_tree  # noqa: E402
-from pipeline import sample  # noqa: E402
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
+from peer_candidates import symlink_tree  # benchmarks/peer_candidates.py
+from pipeline import sample
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "Class-folder photo root. " + DATA_DIR_HELP)
-flags.DEFINE_integer("num_images", 0, "Use only the first N photos (symlinked); 0 = all.")
+common_flags.define(data_dir="Class-folder photo root.", num_images=0,
+                    image_size=(224, "Input height and width (pixels)."), batch_size=64,
+                    repeats=(2, "Alternating rounds (synthetic, pipeline)."),
+                    json_out="gpu_saturation.json", png_out=None)
 flags.DEFINE_integer("sample_images", 0, "Use pipeline's built-in generated sample of N "
                      "JPEGs instead of --data_dir (for machines without the photos).")
 flags.DEFINE_enum("model", "auto", ["auto", "small", "resnet50"], "Model trained.")
 flags.DEFINE_enum("mixed_precision", "auto", ["auto", "on", "off"],
                   "mixed_float16 (auto: on when a GPU is visible).")
-flags.DEFINE_integer("image_size", 224, "Input height and width (pixels).")
-flags.DEFINE_integer("batch_size", 64, "Batch size (images).")
 flags.DEFINE_integer("steps", 100, "Timed train steps per run.")
 flags.DEFINE_integer("warmup", 10, "Untimed steps at the start of each run.")
-flags.DEFINE_integer("repeats", 2, "Alternating rounds (synthetic, pipeline).")
-flags.DEFINE_string("json_out", "gpu_saturation.json", "JSON result file.")
-flags.DEFINE_string("png_out", None, "PNG plot (default: json_out with .png).")
 flags.DEFINE_bool("smoke", False, "A seconds-long CPU smoke run: --model=small, "
                   "--num_images=64 (unless given), --image_size=32, --batch_size=8, "
                   "--steps=3, --warmup=1, --repeats=1.")
@@ -153,6 +145,7 @@ def main(argv):
         if not FLAGS.num_images and not FLAGS.sample_images:
             FLAGS.num_images = 64
     FLAGS.data_dir = _data_dir(FLAGS.data_dir)
+    import charts  # benchmarks/charts.py (matplotlib)
     from pipeline.benchmarking import harness as bench
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = FLAGS.data_dir
@@ -166,7 +159,7 @@ def main(argv):
     out["source_dir"] = sample.data_dir_label(FLAGS.data_dir)
     out["smoke"] = FLAGS.smoke
     png = FLAGS.png_out or os.path.splitext(FLAGS.json_out)[0] + ".png"
-    out["png"] = bench.bar_chart(
+    out["png"] = charts.bar_chart(
         png, ["synthetic", "pipeline"],
         {"images/s": [out["synthetic_images_per_sec"], out["pipeline_images_per_sec"]]},
         f"{out['model']} train step on {out['device']}: pipeline / synthetic = "

@@ -27,35 +27,24 @@ Tiny smoke run::
 """
 
 import os
-import sys
 import tempfile
 
 from absl import app, flags
 
-from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
-from candidates import data_dir as _data_dir  # noqa: E402
-from pipeline import sample  # noqa: E402
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
+import charts  # benchmarks/charts.py
+import peer_candidates as _peers  # benchmarks/peer_candidates.py (symlink_tree)
+from pipeline import index as index_lib
+from pipeline import sample
+from pipeline.benchmarking import harness as bench
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from pipeline.benchmarking import harness as bench  # noqa: E402
-from pipeline import index as index_lib  # noqa: E402
-import candidates as _peers  # noqa: E402  (benchmarks/candidates.py)
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "Class-folder photo root. " + DATA_DIR_HELP)
-flags.DEFINE_integer("num_images", 0, "Use only the first N photos (symlinked); 0 = all.")
-flags.DEFINE_integer("image_size", 224, "Output height and width (pixels).")
-flags.DEFINE_integer("batch_size", 64, "Batch size (images).")
-flags.DEFINE_integer("epochs", 3, "Epochs per run.")
-flags.DEFINE_integer("repeats", 5, "Alternating rounds (pipeline, plain).")
-flags.DEFINE_integer("seed", None, "Shuffle seed (None: nondeterministic order).")
+common_flags.define(data_dir="Class-folder photo root.", num_images=0, image_size=224,
+                    batch_size=64, epochs=3, repeats=(5, "Alternating rounds (pipeline, plain)."),
+                    seed=(None, "Shuffle seed (None: nondeterministic order)."),
+                    timeout=(1800, "Seconds allowed per run."), progress=False,
+                    json_out="guard_cost.json", png_out=None)
 flags.DEFINE_float("max_cost", 0.05, "Allowed cost (fraction of plain's rate).")
-flags.DEFINE_integer("timeout", 1800, "Seconds allowed per run.")
-flags.DEFINE_bool("progress", False, "tqdm bars on stderr.")
-flags.DEFINE_string("json_out", "guard_cost.json", "JSON result file.")
-flags.DEFINE_string("png_out", None, "PNG plot (default: json_out with .png).")
 
 
 def run(data_dir, image_size=224, batch_size=64, epochs=3, repeats=5, seed=None,
@@ -95,7 +84,7 @@ def main(argv):
     png = FLAGS.png_out or os.path.splitext(FLAGS.json_out)[0] + ".png"
     res = out["candidates"]
     rounds = [f"round {i + 1}" for i in range(FLAGS.repeats)] + ["median"]
-    out["png"] = bench.bar_chart(
+    out["png"] = charts.bar_chart(
         png, rounds, {n: [r["images_per_sec"] for r in res[n]["runs"]]
                       + [res[n]["images_per_sec"]] for n in ("pipeline", "plain")},
         f"Guards on (pipeline) vs off (plain): cost {out['cost']:.1%} images/s, "

@@ -35,21 +35,19 @@ from typing import List, Sequence, Tuple
 
 from absl import app, flags
 
-from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
-from candidates import data_dir as _data_dir  # noqa: E402
-from pipeline import checks  # noqa: E402
-from pipeline import sample  # noqa: E402
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
+from pipeline import checks
+from pipeline import sample
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = common_flags.REPO
 DEFAULT_OUT = os.path.join(REPO, "out", "hires")
 # (width, height) of a mosaic -> (columns, rows) of photos in it
 GRIDS = {(4000, 3000): (8, 8), (1600, 1200): (4, 4)}
 FORMAT = "pipeline.hires_set/1"
 EXTENSIONS = (".jpg", ".jpeg", ".png")
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "Class-folder photo root (the mosaics' photos). "
-                    + DATA_DIR_HELP)
+common_flags.define(data_dir="Class-folder photo root (the mosaics' photos).")
 flags.DEFINE_string("out_dir", DEFAULT_OUT, "Folder the sets are written to (created).")
 flags.DEFINE_list("sizes", ["4000x3000", "1600x1200"], "Mosaic sizes, WIDTHxHEIGHT; a size "
                   "not in the built-in grids gets 4x4 photos.")

@@ -25,33 +25,23 @@ Tiny smoke run::
 """
 
 import os
-import sys
 import tempfile
 
 from absl import app, flags
 
-from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
-from candidates import data_dir as _data_dir  # noqa: E402
-from pipeline import sample  # noqa: E402
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
+import charts  # benchmarks/charts.py
+import peer_candidates as _peers  # benchmarks/peer_candidates.py (the peers; symlink_tree)
+from pipeline import sample
+from pipeline.benchmarking import harness as bench
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from pipeline.benchmarking import harness as bench  # noqa: E402
-import candidates as _peers  # noqa: E402  (benchmarks/candidates.py)
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "Photos to repeat. " + DATA_DIR_HELP)
+common_flags.define(data_dir="Photos to repeat.", image_size=224, batch_size=64, timeout=3600,
+                    progress=False, json_out="memory_scaling.json", png_out=None)
 flags.DEFINE_list("sizes", ["1000", "20000"], "File counts, smallest first.")
 flags.DEFINE_list("candidates", ["pipeline", "in_memory"], "Candidates.")
 flags.DEFINE_integer("num_classes", 100, "Class sub-folders in each generated folder.")
-flags.DEFINE_integer("image_size", 224, "Output height and width (pixels).")
-flags.DEFINE_integer("batch_size", 64, "Batch size (images).")
-flags.DEFINE_integer("timeout", 3600, "Seconds allowed per candidate run.")
 flags.DEFINE_float("max_change", 0.10, "Allowed pipeline peak RSS change (fraction).")
-flags.DEFINE_bool("progress", False, "tqdm bars on stderr.")
-flags.DEFINE_string("json_out", "memory_scaling.json", "JSON result file.")
-flags.DEFINE_string("png_out", None, "PNG plot (default: json_out with .png).")
 
 
 def run(data_dir, sizes, candidates, num_classes=100, image_size=224, batch_size=64,
@@ -97,7 +87,7 @@ def main(argv):
     out = run(FLAGS.data_dir, sizes, FLAGS.candidates, FLAGS.num_classes, FLAGS.image_size,
               FLAGS.batch_size, FLAGS.timeout, FLAGS.progress, FLAGS.max_change)
     png = FLAGS.png_out or os.path.splitext(FLAGS.json_out)[0] + ".png"
-    out["png"] = bench.line_chart(png, sizes, out["peak_rss_mb"],
+    out["png"] = charts.line_chart(png, sizes, out["peak_rss_mb"],
                                   f"Peak RSS over one epoch ({FLAGS.image_size}px)", "files",
                                   "peak RSS (MiB)")
     bench.write_json(FLAGS.json_out, out)

@@ -28,17 +28,18 @@ import time
 
 from absl import app, flags
 
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS
 from pipeline.benchmarking import harness as bench
 
+common_flags.define(batch_size=(32, "Batch size while streaming."),
+                    json_out=(None, "Write the results here as JSON."))
 flags.DEFINE_integer("shard_mb", 4, "MiB of inputs per shard.")
 flags.DEFINE_integer("num_shards", 3, "Shards written.")
 flags.DEFINE_integer("row_floats", 256, "float32 values per row.")
-flags.DEFINE_integer("batch_size", 32, "Batch size while streaming.")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
 flags.DEFINE_string("child", None, "Internal: run one measurement (stream|load_all).")
 flags.DEFINE_string("dir", None, "Internal: shard folder for --child.")
 flags.DEFINE_integer("use_shards", 0, "Internal: shards read by the child.")
-FLAGS = flags.FLAGS
 MIB = 2 ** 20
 
 
@@ -53,7 +54,6 @@ def _status(key):
 def _child():
     import numpy as np
     import tensorflow as tf
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import pipeline
 
     x_files = sorted(os.path.join(FLAGS.dir, f) for f in os.listdir(FLAGS.dir)

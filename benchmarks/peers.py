@@ -1,6 +1,6 @@
 """``pipeline`` beside its peers, on the same files, in one run.
 
-Candidates (see ``pipeline/benchmarking/candidates.py`` and ``benchmarks/candidates.py`` for
+Candidates (see ``pipeline/benchmarking/candidates.py`` and ``benchmarks/peer_candidates.py`` for
 exactly what each does), each in
 its own subprocess (``python -m pipeline.benchmarking.harness``) so that its peak RSS
 (``VmHWM``) is its own; with ``--repeats`` > 1 they are alternated round by
@@ -38,22 +38,17 @@ Tiny smoke run::
 """
 
 import os
-import sys
 import tempfile
 
 from absl import app, flags
 
-from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
-from candidates import data_dir as _data_dir  # noqa: E402
-from pipeline import sample  # noqa: E402
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from pipeline.benchmarking import harness as bench  # noqa: E402
-from pipeline import config as config_lib  # noqa: E402
-from pipeline import index as index_lib  # noqa: E402
-import candidates as _peers  # noqa: E402  (benchmarks/candidates.py)
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
+import peer_candidates as _peers  # benchmarks/peer_candidates.py (registers the peers)
+from pipeline import config as config_lib
+from pipeline import index as index_lib
+from pipeline import sample
+from pipeline.benchmarking import harness as bench
 
 ALL = list(bench.CANDIDATES)
 DEFAULT = ["pipeline", "pipeline_train", "pipeline_train_nofast", "keras", "keras_aug", "plain",
@@ -62,22 +57,16 @@ DEFAULT = ["pipeline", "pipeline_train", "pipeline_train_nofast", "keras", "kera
 TARGETS = {"train_vs_keras_aug": 2.0, "eval_vs_keras": 1.6, "eval_vs_decode_limit": 0.9,
            "eval_vs_dali_cpu": 1.0, "train_vs_dali_cpu": 1.0}
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "Class-folder photo root. " + DATA_DIR_HELP)
-flags.DEFINE_integer("num_images", 0, "Use only the first N photos (symlinked into a temp "
-                     "folder); 0 = all of --data_dir.")
-flags.DEFINE_integer("image_size", 224, "Output height and width (pixels).")
-flags.DEFINE_integer("batch_size", 64, "Batch size (images).")
-flags.DEFINE_integer("epochs", 3, "Epochs per candidate run.")
-flags.DEFINE_integer("repeats", 1, "Rounds; candidates alternate within each round.")
+common_flags.define(
+    data_dir="Class-folder photo root.",
+    num_images=(0, "Use only the first N photos (symlinked into a temp folder); 0 = all of "
+                "--data_dir."),
+    image_size=224, batch_size=64, epochs=(3, "Epochs per candidate run."), repeats=1,
+    seed=(0, "Shuffle seed."), timeout=1800, progress=False, json_out="peers.json",
+    png_out=(None, "Bar chart PNG (default: json_out with .png)."))
 flags.DEFINE_list("candidates", DEFAULT, f"Candidates to run, in order; any of {ALL}.")
-flags.DEFINE_integer("seed", 0, "Shuffle seed.")
-flags.DEFINE_integer("timeout", 1800, "Seconds allowed per candidate run.")
-flags.DEFINE_bool("progress", False, "tqdm bars on stderr.")
-flags.DEFINE_string("json_out", "peers.json", "JSON result file.")
 flags.DEFINE_integer("quality_images", 16, "PSNR per candidate on the first N files "
                      "(pipeline.quality; outside the timed part); 0: none.")
-flags.DEFINE_string("png_out", None, "Bar chart PNG (default: json_out with .png).")
 
 
 def ratios(results):

@@ -1,7 +1,7 @@
 """The per-element functions that peers run in worker processes: Pillow and numpy only.
 
 Grain's ``mp_prefetch`` starts its workers with ``spawn``, and each worker imports the
-module of every function it is handed; ``benchmarks/candidates.py`` imports TensorFlow,
+module of every function it is handed; ``benchmarks/peer_candidates.py`` imports TensorFlow,
 this module does not (``pipeline.benchmarking.candidates`` imports none either), so a worker starts
 in well under a second instead of loading TensorFlow.
 """

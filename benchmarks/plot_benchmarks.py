@@ -25,8 +25,10 @@ import sys
 
 from absl import app, flags
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("png_out", "benchmarks.png", "PNG written.")
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS
+
+common_flags.define(png_out=("benchmarks.png", "PNG written."))
 flags.DEFINE_list("labels", [], "A title per JSON file (default: its data folder, size "
                   "and image count).")
 flags.DEFINE_list("omit", [], "ROW:NAME pairs (ROW: the JSON file's position, from 1) left out "

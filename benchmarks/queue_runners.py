@@ -21,23 +21,18 @@ import textwrap
 
 from absl import app, flags
 
-from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
-from candidates import data_dir as _data_dir  # noqa: E402
-from pipeline import sample  # noqa: E402
-
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
 from pipeline.benchmarking import harness as bench
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "Folder of JPEG files (searched recursively). " + DATA_DIR_HELP)
-flags.DEFINE_integer("num_images", 64, "Files used (first N in sorted order).")
-flags.DEFINE_integer("epochs", 1, "Epochs read.")
-flags.DEFINE_integer("batch_size", 16, "Batch size.")
-flags.DEFINE_integer("image_size", 224, "Output height and width.")
+common_flags.define(data_dir="Folder of JPEG files (searched recursively).",
+                    num_images=(64, "Files used (first N in sorted order)."),
+                    epochs=(1, "Epochs read."), batch_size=16, image_size=224,
+                    timeout=(300, "Seconds allowed per side."),
+                    json_out=(None, "Write the JSON result here too."))
 flags.DEFINE_integer("num_threads", 2, "Queue-runner threads / num_parallel_calls.")
-flags.DEFINE_integer("timeout", 300, "Seconds allowed per side.")
-flags.DEFINE_string("json_out", None, "Write the JSON result here too.")
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = common_flags.REPO
 
 _COMMON = """
 import json, os, resource, sys, time
@@ -56,7 +51,7 @@ def report(name, n, first_n, t0, t_first, t1, c_first, c1):
 _QUEUE = _COMMON + textwrap.dedent("""
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
-    from candidates import QueueRunnerBatches  # benchmarks/candidates.py, shared with peers.py
+    from peer_candidates import QueueRunnerBatches  # benchmarks/peer_candidates.py, as peers.py
     paths, size, batch, threads, epochs = json.loads(sys.argv[1])
     t0 = time.perf_counter()
     qr = QueueRunnerBatches(paths, list(range(len(paths))), size, batch, threads)

@@ -30,7 +30,8 @@ import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -38,15 +39,12 @@ from PIL import Image  # noqa: E402
 
 from pipeline import decode, transform  # noqa: E402
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", os.path.join(os.path.dirname(__file__), "..", "..", "shared",
-                                             "data", "imagenet-sample"),
-                    "Class-folder photo root (JPEGs).")
+common_flags.define(data_dir="Class-folder photo root (JPEGs).",
+                    json_out=(None, "Write the table as JSON here."))
 flags.DEFINE_list("factors", ["1", "1.3", "1.7", "2", "2.5", "3", "4", "6", "8", "12", "16",
                               "18"], "Reduction factors (source shorter side / 224).")
 flags.DEFINE_integer("mosaics", 8, "Mosaics per factor.")
 flags.DEFINE_integer("timing_repeats", 3, "Timed decodes per image and candidate (min kept).")
-flags.DEFINE_string("json_out", None, "Write the table as JSON here.")
 
 TARGET = (224, 299)
 
@@ -97,7 +95,7 @@ def main(argv):
     del argv
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    files = sorted(glob.glob(os.path.join(FLAGS.data_dir, "*", "*")))
+    files = sorted(glob.glob(os.path.join(_data_dir(FLAGS.data_dir), "*", "*")))
     photos = []
     for f in files[:: max(1, len(files) // 200)]:
         with Image.open(f) as im:

@@ -33,20 +33,16 @@ import textwrap
 
 from absl import app, flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, REPO
+import s3_startup  # moto, bucket filling (defines its flags too)
 
-import s3_startup  # noqa: E402  (moto, bucket filling)
-
-FLAGS = flags.FLAGS
+common_flags.define(repeats=(1, "Rounds per reader (each run in a fresh process)."))
 flags.DEFINE_string("sample", os.path.join(REPO, "..", "shared", "data", "imagenet-sample"),
                     "Folder of class folders of photos (uploaded to the bucket).")
 flags.DEFINE_string("python_fsspec", sys.executable, "Python of the fsspec runs.")
 flags.DEFINE_string("python_tfio", None, "Python of the tensorflow-io runs (TF 2.16 + "
                     "tensorflow-io); none: left out.")
-flags.DEFINE_integer("repeats", 1, "Rounds per reader (each run in a fresh process).")
 flags.DEFINE_bool("epoch", True, "Measure one epoch per reader and the local disk; "
                   "--noepoch: the first batch of the prefix only.")
 flags.DEFINE_string("result_json", os.path.join("benchmarks", "results", "s3_read.json"),

@@ -37,19 +37,15 @@ import urllib.parse
 
 from absl import app, flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, REPO
 
-FLAGS = flags.FLAGS
+common_flags.define(image_size=224, batch_size=64,
+                    timeout=(900, "Seconds allowed for the child."),
+                    json_out=os.path.join("benchmarks", "results", "s3_startup.json"))
 flags.DEFINE_integer("num_objects", 10000, "Objects (tiny PNGs) in the bucket.")
 flags.DEFINE_integer("num_classes", 100, "Class folders.")
-flags.DEFINE_integer("image_size", 224, "Output height and width.")
-flags.DEFINE_integer("batch_size", 64, "Batch size.")
 flags.DEFINE_integer("upload_threads", 8, "boto3 upload threads.")
-flags.DEFINE_integer("timeout", 900, "Seconds allowed for the child.")
-flags.DEFINE_string("json_out", os.path.join("benchmarks", "results", "s3_startup.json"),
-                    "JSON result file.")
 flags.DEFINE_string("log_out", None, "Keep moto's request log here (default: deleted).")
 
 BUCKET = "bench"

@@ -34,35 +34,29 @@ import tempfile
 
 from absl import app, flags
 
-from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
-from candidates import data_dir as _data_dir  # noqa: E402
-from candidates import symlink_tree  # noqa: E402
-import seg_candidates  # noqa: E402  (registers the seg_* candidates)
-from pipeline.benchmarking import harness as bench  # noqa: E402
-from pipeline import config as config_lib  # noqa: E402
-from pipeline import index as index_lib  # noqa: E402
-from pipeline import sample  # noqa: E402
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
+from peer_candidates import symlink_tree  # benchmarks/peer_candidates.py
+import seg_candidates  # noqa: F401  (registers the seg_* candidates)
+from pipeline.benchmarking import harness as bench
+from pipeline import config as config_lib
+from pipeline import index as index_lib
+from pipeline import sample
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CANDIDATES = ["seg_pipeline", "seg_pipeline_train", "seg_plain", "seg_keras"]
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "Class-folder photo root (masks are made from its "
-                    "photos). " + DATA_DIR_HELP)
+common_flags.define(data_dir="Class-folder photo root (masks are made from its photos).",
+                    image_size=224, batch_size=(32, "Batch size (pairs)."),
+                    epochs=(2, "Epochs per candidate run."), seed=0, timeout=1800,
+                    progress=False, json_out=(os.path.join(HERE, "results", "segmentation.json"),
+                                              "JSON result file."))
 flags.DEFINE_integer("limit", 0, "Number of pairs (the first N photos, repeated if there are "
                      "fewer); 0 = every photo of --data_dir.")
-flags.DEFINE_integer("image_size", 224, "Output height and width (pixels).")
-flags.DEFINE_integer("batch_size", 32, "Batch size (pairs).")
-flags.DEFINE_integer("epochs", 2, "Epochs per candidate run.")
 flags.DEFINE_integer("rounds", 3, "Rounds; the candidates alternate within each round.")
 flags.DEFINE_list("candidates", CANDIDATES, f"Candidates to run, in order; any of {CANDIDATES}.")
-flags.DEFINE_integer("seed", 0, "Shuffle (and augmentation) seed.")
-flags.DEFINE_integer("timeout", 1800, "Seconds allowed per candidate run.")
 flags.DEFINE_bool("check_pairs", False, "Check in each candidate that every pair comes once "
                   "per epoch and each mask matches its image (slower: not for timing).")
-flags.DEFINE_bool("progress", False, "tqdm bars on stderr.")
-flags.DEFINE_string("json_out", os.path.join(HERE, "results", "segmentation.json"),
-                    "JSON result file.")
 
 
 def write_mask(photo: str, mask_path: str) -> str:

@@ -33,30 +33,25 @@ import time
 
 from absl import app, flags
 
-from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
-from candidates import data_dir as _data_dir  # noqa: E402
-import candidates as _peers  # noqa: E402
-from pipeline import sample  # noqa: E402
-
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
+import peer_candidates as _peers  # benchmarks/peer_candidates.py (symlink_tree)
 from pipeline.benchmarking import harness as bench
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "Class-folder image root. " + DATA_DIR_HELP)
-flags.DEFINE_integer("num_images", 200, "Files used (first N in sorted order).")
-flags.DEFINE_integer("epochs", 2, "Epochs per configuration.")
-flags.DEFINE_integer("batch_size", 32, "Batch size.")
-flags.DEFINE_integer("image_size", 224, "Output height and width.")
+common_flags.define(data_dir="Class-folder image root.",
+                    num_images=(200, "Files used (first N in sorted order)."),
+                    epochs=(2, "Epochs per configuration."), batch_size=32, image_size=224,
+                    repeats=(1, "Rounds; the configurations alternate within each round."),
+                    json_out=(None, "Write the JSON result here too."))
 flags.DEFINE_string("workers", "1,2", "Worker counts to run, in order.")
-flags.DEFINE_string("json_out", None, "Write the JSON result here too.")
 flags.DEFINE_bool("pin_workers", False, "Give each worker one core (worker k on core k mod "
                   "cores).")
 flags.DEFINE_bool("plan", False, "Also measure the local cost (images per CPU-second) and "
                   "compare each configuration with the capacity model's prediction.")
 flags.DEFINE_bool("augment", False, "Train mode: Augment(random_resized_crop, "
                   "horizontal_flip), here and in the local cost.")
-flags.DEFINE_integer("repeats", 1, "Rounds; the configurations alternate within each round.")
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = common_flags.REPO
 
 
 def _free_port():

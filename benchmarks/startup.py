@@ -74,31 +74,24 @@ import time
 
 from absl import app, flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, REPO
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None,
-                    "Photos to link to; default: $PIPELINE_DATA_DIR, else "
-                    "../shared/data/imagenet-sample next to the repository, else the built-in "
-                    "generated sample (pipeline.sample.default_data_dir).")
+common_flags.define(data_dir="Photos to link to.",
+                    repeats=(1, "Runs per candidate and size (medians when more)."),
+                    image_size=224, batch_size=64,
+                    json_out=os.path.join("benchmarks", "results", "startup.json"),
+                    timeout=(3600, "Seconds allowed per child."))
 flags.DEFINE_list("sizes", ["1000", "10000", "100000", "1000000"], "File counts.")
 flags.DEFINE_list("candidates", ["pipeline", "keras"], "Candidates (pipeline, keras).")
-flags.DEFINE_integer("repeats", 1, "Runs per candidate and size (medians when more).")
 flags.DEFINE_integer("num_classes", 1000, "Class folders per tree (at most the file count).")
-flags.DEFINE_integer("image_size", 224, "Output height and width (pixels).")
-flags.DEFINE_integer("batch_size", 64, "Batch size (images).")
 flags.DEFINE_list("scan_sizes", ["1000", "10000"],
                   "Sizes at which pipeline.scan (a full decode) is timed; 'all' or 'none'.")
-flags.DEFINE_string("json_out", os.path.join("benchmarks", "results", "startup.json"),
-                    "JSON result file.")
 flags.DEFINE_string("plot", os.path.join("benchmarks", "results", "startup.png"),
                     "PNG: time to first batch vs files, log-log.")
 flags.DEFINE_string("tmp_dir", None, "Where the trees are built and kept (default: the "
                     "system temporary folder). Trees are reused when present.")
 flags.DEFINE_bool("delete_trees", False, "Delete the trees at the end.")
-flags.DEFINE_integer("timeout", 3600, "Seconds allowed per child.")
 flags.DEFINE_string("child", None, "Internal: run one measurement (a JSON spec) and print it.")
 
 TARGET_RATIO = 1.5

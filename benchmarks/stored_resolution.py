@@ -19,32 +19,26 @@ percentile. Also the write time and the shards' bytes.
 """
 
 import os
-import sys
 import tempfile
 import time
 
 from absl import app, flags
 
-from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
-from candidates import data_dir as _data_dir  # noqa: E402
-import candidates as _peers  # noqa: E402,F401  (registers records, records_train)
-from pipeline.benchmarking import harness as bench  # noqa: E402
-from pipeline import checks  # noqa: E402
-from pipeline import sample  # noqa: E402
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
+import peer_candidates as _peers  # benchmarks/peer_candidates.py (registers records, records_train; symlink_tree)
+from pipeline.benchmarking import harness as bench
+from pipeline import checks
+from pipeline import sample
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("data_dir", None, "Class-folder photo root. " + DATA_DIR_HELP)
-flags.DEFINE_integer("num_images", 0, "Use only the first N photos (linked into a temp "
-                     "folder); 0 = all of --data_dir.")
+common_flags.define(data_dir="Class-folder photo root.",
+                    num_images=(0, "Use only the first N photos (linked into a temp folder); "
+                                "0 = all of --data_dir."),
+                    image_size=224, batch_size=64, epochs=2,
+                    repeats=(2, "Rounds; the runs alternate within each round."),
+                    seed=(0, "Shuffle and augmentation seed."), progress=False, json_out=None)
 flags.DEFINE_integer("max_resolution", 256, "Shorter side of the stored images (pixels).")
 flags.DEFINE_integer("jpeg_quality", 90, "JPEG quality of the stored images.")
-flags.DEFINE_integer("image_size", 224, "Output height and width (pixels).")
-flags.DEFINE_integer("batch_size", 64, "Batch size (images).")
-flags.DEFINE_integer("epochs", 2, "Epochs per run.")
-flags.DEFINE_integer("repeats", 2, "Rounds; the runs alternate within each round.")
-flags.DEFINE_integer("seed", 0, "Shuffle and augmentation seed.")
-flags.DEFINE_bool("progress", False, "tqdm bars on stderr.")
-flags.DEFINE_string("json_out", None, "JSON result file.")
 
 
 def storage_psnr(stored_dir: str, size) -> dict:

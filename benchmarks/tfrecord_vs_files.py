@@ -11,26 +11,19 @@ Tiny defaults for tests; a real run:
 """
 
 import os
-import sys
 import tempfile
 import time
 
 from absl import app, flags
 
-from candidates import DATA_DIR_HELP  # noqa: E402  benchmarks/candidates.py (puts the repository on sys.path)
-from candidates import data_dir as _data_dir  # noqa: E402
-from pipeline import sample  # noqa: E402
-
+import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
+from common_flags import FLAGS, data_dir as _data_dir
 from pipeline.benchmarking import harness as bench
 
-flags.DEFINE_string("data_dir", None, "Folder of images. " + DATA_DIR_HELP)
-flags.DEFINE_integer("num_images", 64, "Images used.")
+common_flags.define(data_dir="Folder of images.", num_images=(64, "Images used."),
+                    epochs=(2, "Epochs per source (alternating)."), batch_size=32,
+                    image_size=224, json_out=(None, "Write the results here as JSON."))
 flags.DEFINE_integer("num_shards", 4, "TFRecord shards.")
-flags.DEFINE_integer("epochs", 2, "Epochs per source (alternating).")
-flags.DEFINE_integer("batch_size", 32, "Batch size.")
-flags.DEFINE_integer("image_size", 224, "Output height and width.")
-flags.DEFINE_string("json_out", None, "Write the results here as JSON.")
-FLAGS = flags.FLAGS
 
 
 def _epoch(ds):
@@ -51,7 +44,6 @@ def _epoch(ds):
 def main(argv):
     del argv
     FLAGS.data_dir = _data_dir(FLAGS.data_dir)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import pipeline
     from pipeline import index as index_lib
 

@@ -1,9 +1,12 @@
 """A built-in sample of deterministic JPEGs, so ``bench`` runs on a fresh machine.
 
 The images are smooth random colour fields with fine noise (so that their
-JPEG sizes, 20-90 KB, are close to real photos), 300-600 pixels per side, in
-class folders. The same ``num_images``/``num_classes``/``seed`` always give
-byte-identical files.
+JPEG sizes are close to real photos'), in class folders: by default
+300-600 pixels per side (20-90 KB each, ``make_image``); with ``size`` (e.g.
+``SAMPLES["large"]``, 4000x3000: a 12 MP camera's photos, about 2.9 MB each,
+``make_photo``) every image that size, large enough for reduced-scale (DCT)
+JPEG decoding to apply. The same ``num_images``/``num_classes``/``seed``/``size``
+always give byte-identical files.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from typing import Tuple
 import numpy as np
 
 __all__ = ["cache_root", "data_dir_label", "default_data_dir", "ensure_sample", "make_image",
-           "sample_note"]
+           "make_photo", "sample_dir", "sample_note", "sample_size"]
 
 SAMPLE_VERSION = 1
+# The built-in samples by name: None, sides drawn in 300-600 pixels; else (height, width).
+SAMPLES = {"small": None, "large": (3000, 4000)}
 
 
 def cache_root() -> str:
@@ -40,8 +45,45 @@ def make_image(rng: np.random.RandomState, height: int, width: int) -> np.ndarra
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
+def make_photo(rng: np.random.RandomState, height: int, width: int):
+    """``make_image``'s look at camera sizes, several times faster: a smooth colour field
+    (bilinear) plus a 256x256 tile of the same noise repeated. A ``PIL.Image`` (RGB)."""
+    from PIL import Image, ImageChops
+
+    coarse = rng.randint(0, 256, size=(rng.randint(3, 9), rng.randint(3, 9), 3)).astype(np.uint8)
+    field = Image.fromarray(coarse).resize((width, height), Image.BILINEAR)
+    tile = Image.fromarray(rng.randint(0, 25, size=(256, 256, 3)).astype(np.uint8))
+    noise = Image.new("RGB", (width, height))
+    for y in range(0, height, 256):
+        for x in range(0, width, 256):
+            noise.paste(tile, (x, y))
+    return ImageChops.add(field, noise, 1.0, -12)  # field + noise in [-12, 12], clipped
+
+
+def sample_size(kind: str):
+    """The image size of the built-in sample named ``kind`` (``SAMPLES``): None (sides
+    drawn in 300-600 pixels) or (height, width) in pixels.
+
+    Raises:
+        ValueError: ``kind`` is not a name of ``SAMPLES``.
+    """
+    if kind not in SAMPLES:
+        raise ValueError(f"`sample` must be one of {', '.join(repr(k) for k in SAMPLES)}. "
+                         f"Received: sample={kind!r}")
+    return SAMPLES[kind]
+
+
+def sample_dir(num_images: int = 256, num_classes: int = 4, seed: int = 0,
+               root: str | None = None, size=None) -> str:
+    """The folder ``ensure_sample`` writes for these arguments (it may not exist yet)."""
+    name = f"sample-v{SAMPLE_VERSION}-n{num_images}-c{num_classes}-s{seed}"
+    if size is not None:
+        name += f"-{size[1]}x{size[0]}"
+    return os.path.join(root or cache_root(), name)
+
+
 def ensure_sample(num_images: int = 256, num_classes: int = 4, seed: int = 0,
-                  root: str | None = None) -> str:
+                  root: str | None = None, size=None) -> str:
     """Creates (once) and returns a folder of ``num_images`` JPEGs in class folders.
 
     Args:
@@ -49,10 +91,13 @@ def ensure_sample(num_images: int = 256, num_classes: int = 4, seed: int = 0,
         num_classes: int >= 1, class folders ``class_0`` ... (images dealt round-robin).
         seed: int, seeds sizes and pixels.
         root: parent folder; default ``cache_root()``.
+        size: None (default): sides drawn in 300-600 pixels (``make_image``); else
+            (height, width) in pixels of every image (``make_photo``), e.g.
+            ``SAMPLES["large"]``; the folder's name ends in ``-WIDTHxHEIGHT``.
 
     Returns:
-        str, the sample folder. It is written to a temporary folder and renamed
-        into place, so a half-written sample is never used.
+        str, the sample folder (``sample_dir``). It is written to a temporary
+        folder and renamed into place, so a half-written sample is never used.
 
     Raises:
         ValueError: ``num_images`` or ``num_classes`` < 1.
@@ -63,11 +108,10 @@ def ensure_sample(num_images: int = 256, num_classes: int = 4, seed: int = 0,
         raise ValueError(f"`num_images` must be >= 1. Received: num_images={num_images}")
     if num_classes < 1:
         raise ValueError(f"`num_classes` must be >= 1. Received: num_classes={num_classes}")
-    root = root or cache_root()
-    name = f"sample-v{SAMPLE_VERSION}-n{num_images}-c{num_classes}-s{seed}"
-    final = os.path.join(root, name)
+    final = sample_dir(num_images, num_classes, seed, root, size)
     if os.path.isdir(final):
         return final
+    root, name = os.path.split(final)
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=name + ".tmp", dir=root)
     try:
@@ -75,9 +119,12 @@ def ensure_sample(num_images: int = 256, num_classes: int = 4, seed: int = 0,
         for k in range(num_images):
             cls = os.path.join(tmp, f"class_{k % num_classes}")
             os.makedirs(cls, exist_ok=True)
-            h, w = rng.randint(300, 601), rng.randint(300, 601)
-            Image.fromarray(make_image(rng, h, w)).save(
-                os.path.join(cls, f"img_{k:05d}.jpg"), quality=90)
+            path = os.path.join(cls, f"img_{k:05d}.jpg")
+            if size is None:
+                h, w = rng.randint(300, 601), rng.randint(300, 601)
+                Image.fromarray(make_image(rng, h, w)).save(path, quality=90)
+            else:
+                make_photo(rng, *size).save(path, quality=90)
         try:
             os.rename(tmp, final)
         except OSError:  # another process won the race
@@ -107,18 +154,20 @@ def shared_dir(*parts: str):
 
 
 def default_data_dir(data_dir: str | None = None, num_images: int = 256,
-                     num_classes: int = 4, shared: bool = True) -> str:
+                     num_classes: int = 4, shared: bool = True, size=None) -> str:
     """The data folder of the benchmarks, notebooks and ``pipeline bench``.
 
     The first of: ``data_dir`` (a flag or parameter) when given;
     ``$PIPELINE_DATA_DIR`` when set; ``../shared/data/imagenet-sample``
     relative to the repository when it exists; else the built-in sample
-    (``ensure_sample(num_images, num_classes)``, generated once, no network).
+    (``ensure_sample(num_images, num_classes, size=size)``, generated once, no
+    network).
     Benchmarks and notebooks call this, so that none names a machine path.
 
     Args:
         data_dir: str or None, an explicit folder (returned as given).
-        num_images, num_classes: the built-in sample's size, when it is used.
+        num_images, num_classes, size: the built-in sample's, when it is used
+            (``ensure_sample``).
         shared: look for ``../shared/data/imagenet-sample`` (False: go from
             the environment variable straight to the built-in sample, as the
             quick-start ``pipeline bench`` does, so that its figure is the one
@@ -143,7 +192,7 @@ def default_data_dir(data_dir: str | None = None, num_images: int = 256,
     found = shared_dir("data", "imagenet-sample") if shared else None
     if found and os.path.isdir(found):
         return found
-    return ensure_sample(num_images, num_classes)
+    return ensure_sample(num_images, num_classes, size=size)
 
 
 def folder_bytes(folder: str) -> Tuple[int, int]:

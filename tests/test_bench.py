@@ -2,6 +2,8 @@
 
 import os
 
+import numpy as np
+
 import pytest
 
 from pipeline.benchmarking import bench, harness
@@ -73,3 +75,74 @@ def test_bench_says_where_the_built_in_sample_is_and_how_big(tmp_path):
     assert note == (f"built-in sample: 5 generated JPEGs, {size / 1e6:.1f} MB, in {folder} "
                     "(written once, reused; set $PIPELINE_CACHE to put it elsewhere, delete "
                     "the folder to free the space)")
+
+
+def test_image_sizes_line_gives_the_sizes_and_pipelines_dct_scale(tmp_path):
+    """bench's line on the images (issue #37): their sizes (median, range, megapixels), what
+    they are, and the scale pipeline decodes the JPEGs at for the output size (its planner,
+    ``decode.Decoder.dct_ratio_index``: 1/2 from 2.4x, the largest that keeps the size)."""
+    from PIL import Image
+    from pipeline import sample
+    rng = np.random.RandomState(0)
+    paths = []
+    for k, (h, w) in enumerate([(300, 400), (600, 800), (600, 800), (1280, 1920)]):
+        paths.append(str(tmp_path / f"{k}.jpg"))
+        Image.fromarray(sample.make_image(rng, h, w)).save(paths[-1], quality=90)
+    Image.fromarray(np.zeros((10, 20, 3), np.uint8)).save(tmp_path / "p.png")
+    (tmp_path / "bad.jpg").write_bytes(b"not a JPEG")
+    paths += [str(tmp_path / "p.png"), str(tmp_path / "bad.jpg")]
+    got = bench.image_sizes(paths, (224, 224))
+    assert got == {"files": 6, "read": 6, "jpeg": 4, "other": 1, "unreadable": 1,
+                   "median": [800, 600], "min": [20, 10], "max": [1920, 1280],
+                   "median_megapixels": 0.48, "dct_ratios": {"4": 1, "2": 2, "1": 1}}
+    assert bench.image_sizes_line(got, (224, 224)) == (
+        "images (WxH): median 800x600, 20-1920 x 10-1280, 0.5 MP; 4 JPEGs, 1 in other formats, "
+        "1 unreadable; pipeline decodes the JPEGs for 224x224 at: 1/4 scale for 1, 1/2 scale "
+        "for 2, full scale for 1")
+    # at most SIZE_FILES headers, evenly spaced; a single size says "each"
+    one = bench.image_sizes(paths[1:3] * 3, (224, 224))
+    assert one["read"] == 6 and bench.image_sizes_line(one, (224, 224)) == (
+        "images (WxH): 800x600 each, 0.5 MP; 6 JPEGs; pipeline decodes the JPEGs for 224x224 "
+        "at: 1/2 scale for all 6")
+    few = bench.image_sizes(paths[:4] * (bench.SIZE_FILES // 2), (224, 224))
+    assert few["files"] == 2 * bench.SIZE_FILES and few["read"] == bench.SIZE_FILES
+    assert bench.image_sizes_line(few, (224, 224)).split("; ")[1] == (
+        "1,000 JPEGs (1,000 of the 2,000 files read, evenly spaced)")
+
+
+def test_the_large_built_in_sample_is_12_mp_and_decoded_at_one_eighth(tmp_path):
+    """``--sample=large``: 4000x3000 JPEGs (a 12 MP camera's), written once under a name of
+    their own, the same bytes every time; pipeline decodes them for 224x224 at 1/8 scale."""
+    from pipeline import sample
+    assert sample.sample_size("large") == (3000, 4000) and sample.sample_size("small") is None
+    with pytest.raises(ValueError, match=r"^`sample` must be one of 'small', 'large'\. "
+                                         r"Received: sample='huge'$"):
+        sample.sample_size("huge")
+    folder = sample.ensure_sample(2, 1, root=str(tmp_path / "a"), size=(3000, 4000))
+    assert os.path.basename(folder) == "sample-v1-n2-c1-s0-4000x3000"
+    assert folder == sample.sample_dir(2, 1, root=str(tmp_path / "a"), size=(3000, 4000))
+    again = sample.ensure_sample(2, 1, root=str(tmp_path / "b"), size=(3000, 4000))
+    paths = sorted(os.path.join(folder, "class_0", f) for f in os.listdir(
+        os.path.join(folder, "class_0")))
+    assert [open(p, "rb").read() for p in paths] == [
+        open(p.replace(folder, again), "rb").read() for p in paths]
+    assert all(1.5e6 < os.path.getsize(p) < 5e6 for p in paths)  # a camera JPEG's bytes
+    got = bench.image_sizes(paths, (224, 224))
+    assert got["median"] == got["min"] == got["max"] == [4000, 3000]
+    assert got["dct_ratios"] == {"8": 2}
+    assert bench.image_sizes_line(got, (224, 224)) == (
+        "images (WxH): 4000x3000 each, 12.0 MP; 2 JPEGs; pipeline decodes the JPEGs for "
+        "224x224 at: 1/8 scale for all 2")
+
+
+def test_check_refuses_an_unknown_sample_and_sizes_the_large_one(monkeypatch):
+    monkeypatch.delenv("PIPELINE_DATA_DIR", raising=False)
+    with pytest.raises(ValueError, match=r"^`sample` must be one of 'small', 'large'"):
+        bench.check(sample="huge")
+    assert bench.SAMPLE_IMAGES == {"small": 512, "large": 160}
+    assert bench._sample_images("large", None) == 160  # pylint: disable=protected-access
+    assert bench._sample_images("small", 7) == 7  # pylint: disable=protected-access
+    # 160 large images at batch 64: 3 batches, 2 timed; the default batch size works
+    bench.check(sample="large")
+    with pytest.raises(ValueError, match=r"^batch_size=80 with 160 images is 2 batches"):
+        bench.check(sample="large", batch_size=80)

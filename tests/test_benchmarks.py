@@ -140,11 +140,11 @@ def _dali_installed():
 
 @pytest.fixture()
 def peers_module():
-    """benchmarks/candidates.py, imported as the benchmarks import it."""
+    """benchmarks/peer_candidates.py, imported as the benchmarks import it."""
     sys.path.insert(0, os.path.join(REPO, "benchmarks"))
     try:
-        import candidates
-        yield candidates
+        import peer_candidates
+        yield peer_candidates
     finally:
         sys.path.remove(os.path.join(REPO, "benchmarks"))
 
@@ -379,30 +379,64 @@ def test_decode_cost(photos, tmp_path):
         assert re.search(rf"^  {re.escape(name)}\s.*\dx decode_jpeg$", stdout, re.M), name
 
 
+def _define_calls(name):
+    """The ``common_flags.define(...)`` calls of benchmarks/NAME (ast nodes)."""
+    import ast
+    tree = ast.parse(open(os.path.join(REPO, "benchmarks", name)).read())
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute) and n.func.attr == "define"
+            and isinstance(n.func.value, ast.Name) and n.func.value.id == "common_flags"]
+
+
 def test_data_dir_help_says_each_thing_once():
-    """Each script's --data_dir help is its own lead-in + candidates.DATA_DIR_HELP; the
+    """Each script's --data_dir help is its own lead-in + common_flags.DATA_DIR_HELP; the
     shared text once said "Class-folder photo root" too, so the help read it twice."""
     import ast
     import re
     sys.path.insert(0, os.path.join(REPO, "benchmarks"))
     try:
-        from candidates import DATA_DIR_HELP  # pylint: disable=import-outside-toplevel
+        from common_flags import DATA_DIR_HELP  # pylint: disable=import-outside-toplevel
     finally:
         sys.path.pop(0)
     found = 0
     for name in sorted(os.listdir(os.path.join(REPO, "benchmarks"))):
         if not name.endswith(".py"):
             continue
-        tree = ast.parse(open(os.path.join(REPO, "benchmarks", name)).read())
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)
-                    and isinstance(node.left, ast.Constant)
-                    and isinstance(node.right, ast.Name) and node.right.id == "DATA_DIR_HELP"):
-                found += 1
-                text = (node.left.value + DATA_DIR_HELP).lower()
-                sentences = [s.strip() for s in re.split(r"[.;]", text) if s.strip()]
-                assert len(sentences) == len(set(sentences)), (name, text)
-    assert found >= 8
+        for call in _define_calls(name):
+            for kw in call.keywords:
+                if kw.arg == "data_dir":
+                    found += 1
+                    assert isinstance(kw.value, ast.Constant), name
+                    text = f"{kw.value.value} {DATA_DIR_HELP}".lower()
+                    sentences = [s.strip() for s in re.split(r"[.;]", text) if s.strip()]
+                    assert len(sentences) == len(set(sentences)), (name, text)
+    assert found >= 12
+
+
+def test_every_script_takes_its_shared_flags_from_common_flags():
+    """The flags that many scripts repeat (--data_dir, --image_size, --json_out, ...) are
+    defined once, in benchmarks/common_flags.py: no script defines one itself, each that
+    defines flags imports common_flags, and the two candidate modules have distinct names."""
+    import re
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    try:
+        import common_flags  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    shared = set(common_flags.SHARED) | {"data_dir"}
+    scripts = 0
+    for name in sorted(os.listdir(os.path.join(REPO, "benchmarks"))):
+        if not name.endswith(".py") or name == "common_flags.py":
+            continue
+        text = open(os.path.join(REPO, "benchmarks", name)).read()
+        own = set(re.findall(r"flags\.DEFINE_\w+\(\s*\"(\w+)\"", text))
+        assert not own & shared, (name, own & shared)
+        if own or _define_calls(name):
+            scripts += 1
+            assert "import common_flags" in text, name
+    assert scripts >= 16
+    assert not os.path.exists(os.path.join(REPO, "benchmarks", "candidates.py"))
+    assert os.path.exists(os.path.join(REPO, "pipeline", "benchmarking", "candidates.py"))
 
 
 def test_grain_peer_runs_or_says_why_not(photos, peers_module, monkeypatch):

@@ -213,7 +213,7 @@ def test_register_refuses_main_and_records_the_module():
     from pipeline.benchmarking import candidates  # noqa: F401
     assert bench.MODULES["pipeline"] == "pipeline.benchmarking.candidates"
     assert not {"torch", "tf1_queue", "pydataset", "keras_idg"} & set(bench.CANDIDATES) or \
-        "candidates" in sys.modules  # only benchmarks/candidates.py adds the peers
+        "peer_candidates" in sys.modules  # only benchmarks/peer_candidates.py adds the peers
 
 
 def test_a_candidate_registered_outside_the_package_runs_in_its_subprocess(tmp_path):
@@ -1647,7 +1647,7 @@ def test_bench_refuses_every_flag_its_report_does_not_read():
     too; `--target_images_per_sec=100` without --plan or --profile ran the peer comparison."""
     from pipeline.benchmarking import bench as bench_lib
     bench_flags = set(cli.command_flags("bench"))
-    read_by_all = {"data_dir", "image_size", "batch_size", "sample_images", "on_error",
+    read_by_all = {"data_dir", "image_size", "batch_size", "sample", "sample_images", "on_error",
                    "json_out", "plan", "profile", "progress"}
     assert bench_flags - set(bench_lib.MODE_OPTIONS) == read_by_all
     assert set(bench_lib.MODE_OPTIONS) <= bench_flags

@@ -6,5 +6,7 @@ reports throughput, images per CPU-second, time to first batch and peak memory
 ``pipeline.benchmarking.bench`` is the ``bench`` command as a function (its checks, its
 reports); ``pipeline.benchmarking.candidates`` registers the candidates built on public
 APIs (pipeline, Keras, plain tf.data, ...). The optional peers (torch, DALI, ...)
-are in ``benchmarks/candidates.py``.
+are in ``benchmarks/peer_candidates.py``, and what only the scripts of ``benchmarks/``
+use (their shared flags, their charts) in ``benchmarks/common_flags.py`` and
+``benchmarks/charts.py``, out of the wheel.
 """

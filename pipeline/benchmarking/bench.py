@@ -3,8 +3,9 @@
 ``run`` measures one of: the peer comparison (pipeline beside the candidates of
 ``compare``, alternated round by round: ``harness.run_candidates``), the capacity
 plan (``plan=True``: ``pipeline.capacity``) or the stage profile (``profile=True``:
-``pipeline.profile``); it prints what the command prints and returns the figures
-that ``--json_out`` writes. ``check`` is every check of its arguments, without
+``pipeline.profile``); it prints what the command prints (first the images' sizes
+and the JPEG DCT reduction pipeline decodes them at: ``image_sizes``) and returns
+the figures that ``--json_out`` writes. ``check`` is every check of its arguments, without
 TensorFlow (the command line calls it before TensorFlow loads; ``run`` calls it first).
 ``command_arguments`` turns the command's flags into their arguments.
 """
@@ -14,17 +15,19 @@ from __future__ import annotations
 import math
 import os
 import re
+import statistics
+import sys
 from typing import Any, Collection, Mapping, Optional, Sequence
 
 from pipeline import capacity
 from pipeline import checks
-from pipeline import sample
+from pipeline import sample as sample_lib
 from pipeline.benchmarking import candidates  # noqa: F401  (registers them; no TensorFlow)
 from pipeline.benchmarking import harness
 
 # The options that only some reports read ("peers": the peer comparison), with their
-# defaults; the others (data_dir, image_size, batch_size, sample_images, on_error,
-# progress) every report reads.
+# defaults; the others (data_dir, image_size, batch_size, sample, sample_images,
+# on_error, progress) every report reads.
 MODE_OPTIONS = {
     "compare": ("peers",), "max_spread": ("peers",),
     "epochs": ("peers", "plan"), "repeats": ("peers", "plan"), "seed": ("peers", "plan"),
@@ -46,7 +49,10 @@ FLAGS = [
     ("repeats", DEFAULTS["repeats"], "Runs per candidate, alternated round by round."),
     ("compare", DEFAULTS["compare"],
      "Candidates beside pipeline (empty: none), e.g. keras, plain."),
-    ("sample_images", 512, "Images in the built-in sample (when no --data_dir)."),
+    ("sample", "small", "The built-in sample (when no --data_dir): small (300-600 px photos) "
+     "or large (4000x3000, 12 MP: pipeline decodes them at a reduced DCT scale).", "KIND"),
+    ("sample_images", None, "Images in the built-in sample. [default: 512; with "
+     "--sample=large, 160]", int),
     ("seed", DEFAULTS["seed"], "The shuffle (and augmentation) seed every candidate gets."),
     ("on_error", "raise", "What pipeline does with a bad file: 'raise' or 'skip'."),
     ("max_spread", DEFAULTS["max_spread"],
@@ -72,6 +78,10 @@ FIGURES = ("images_per_sec", "steady_images_per_cpu_sec", "steady_cpu_cores_used
 RESULT_KEYS = ("images_per_sec", "first_batch_sec", "peak_rss_mb", "num_images", "epochs",
                "images_per_cpu_sec", "steady_images_per_cpu_sec", "cpu_cores_used",
                "rss_after_import_mb", "psnr_db_median", "psnr_db_p5", "psnr_images")
+# Images in the built-in sample by its kind (``sample_images`` not given).
+SAMPLE_IMAGES = {"small": 512, "large": 160}
+# The most files whose headers ``image_sizes`` reads (evenly spaced in index order).
+SIZE_FILES = 1000
 
 
 class PipelineFailed(RuntimeError):
@@ -97,8 +107,8 @@ def command_arguments(flags: Mapping[str, Any], given: Collection[str]) -> dict:
         The keyword arguments of ``run`` and ``check``.
     """
     size = tuple(int(v) if re.fullmatch(r"[-+]?\d+", v) else v for v in flags["image_size"])
-    kw = {k: flags[k] for k in ("data_dir", "batch_size", "sample_images", "on_error", "plan",
-                                "profile", "progress")}
+    kw = {k: flags[k] for k in ("data_dir", "batch_size", "sample", "sample_images", "on_error",
+                                "plan", "profile", "progress")}
     kw["image_size"] = size[0] if len(size) == 1 else size
     kw.update({n: flags[n] for n in MODE_OPTIONS if {n, f"no{n}"} & given})
     return kw
@@ -109,10 +119,12 @@ def _mode(plan: bool, profile: bool) -> str:
 
 
 def check(data_dir: Optional[str] = None, *, image_size=None, batch_size: int = 64,
-          sample_images: int = 512, on_error: Optional[str] = None, plan: bool = False,
-          profile: bool = False, progress: bool = True, **options) -> dict:
+          sample: str = "small", sample_images: Optional[int] = None,
+          on_error: Optional[str] = None, plan: bool = False, profile: bool = False,
+          progress: bool = True, **options) -> dict:
     """Checks ``run``'s arguments without TensorFlow; returns ``options`` (the
-    ``MODE_OPTIONS`` given, None for not given) completed with ``DEFAULTS``.
+    ``MODE_OPTIONS`` given, None for not given) completed with ``DEFAULTS``, and
+    ``sample_images`` (None: ``SAMPLE_IMAGES[sample]``).
     ``image_size``, ``on_error`` and ``seed``'s range are ``pipeline.config``'s to check
     (``run`` does, through ``harness.check_spec``, with TensorFlow).
 
@@ -122,7 +134,8 @@ def check(data_dir: Optional[str] = None, *, image_size=None, batch_size: int = 
     Raises:
         TypeError: an unknown keyword argument.
         ValueError: naming the argument and the value received: ``plan`` with
-            ``profile``; an option the report does not read; ``plan`` without
+            ``profile``; ``sample`` not a name of ``pipeline.sample.SAMPLES``; an
+            option the report does not read; ``plan`` without
             ``target_images_per_sec``; ``data_dir`` not a folder; a count < 1
             (``harness.check_run``); an unknown candidate in ``compare``; the capacity
             plan's own checks; ``profile_dir`` not a folder that can be written; a
@@ -132,8 +145,9 @@ def check(data_dir: Optional[str] = None, *, image_size=None, batch_size: int = 
     unknown = set(options) - set(MODE_OPTIONS)
     if unknown:
         raise checks.unknown_keywords("run", sorted(unknown), list(MODE_OPTIONS) + [
-            "data_dir", "image_size", "batch_size", "sample_images", "on_error", "plan",
-            "profile", "progress"])
+            "data_dir", "image_size", "batch_size", "sample", "sample_images", "on_error",
+            "plan", "profile", "progress"])
+    sample_images = _sample_images(sample, sample_images)
     mode = _mode(plan, profile)
     if plan and profile:
         raise ValueError("`plan` and `profile` are separate reports: give one. "
@@ -170,9 +184,16 @@ def check(data_dir: Optional[str] = None, *, image_size=None, batch_size: int = 
                                o["headroom"])
     if o["profile_dir"]:
         checks.check_folder("profile_dir", o["profile_dir"])
-    if not profile and data_dir is None and not os.environ.get(sample.DATA_DIR_ENV):
+    if not profile and data_dir is None and not os.environ.get(sample_lib.DATA_DIR_ENV):
         check_timed(batch_size, sample_images, sample_images=sample_images)
     return o
+
+
+def _sample_images(sample: str, sample_images: Optional[int]) -> int:
+    """``sample_images``, or when None the built-in sample's default (``SAMPLE_IMAGES``);
+    ``sample`` checked first (``pipeline.sample.sample_size``)."""
+    sample_lib.sample_size(sample)
+    return SAMPLE_IMAGES[sample] if sample_images is None else sample_images
 
 
 def check_timed(batch_size: int, num_images: int, data_dir: Optional[str] = None,
@@ -190,13 +211,13 @@ def check_timed(batch_size: int, num_images: int, data_dir: Optional[str] = None
     if timed >= harness.MIN_TIMED_BATCHES:
         return
     bs, fewest = batch_size, harness.min_images(batch_size)
-    env = os.environ.get(sample.DATA_DIR_ENV)
+    env = os.environ.get(sample_lib.DATA_DIR_ENV)
     if data_dir is None and not env:
         more = f"sample_images={fewest} (the smallest that works with batch_size={bs})"
         given = f"sample_images={sample_images}"
     else:
         source, value = ("`data_dir`", data_dir) if data_dir is not None else (
-            f"${sample.DATA_DIR_ENV}", env)
+            f"${sample_lib.DATA_DIR_ENV}", env)
         more = f"a {source} with at least {fewest} images (the fewest for batch_size={bs})"
         given = f"{source.strip('`')}={value!r}"
     fit = harness.max_batch_size(num_images)
@@ -230,17 +251,118 @@ def _print_failed_peers(results, names):
             print(f"{n} FAILED: {(results[n]['error'].strip().splitlines() or [''])[-1]}")
 
 
+
+def image_sizes(paths: Sequence[str], size: Sequence[int]) -> dict:
+    """The images' sizes and the JPEG DCT scale pipeline decodes each at for ``size``.
+
+    Reads the headers (Pillow; a JPEG's EXIF orientation 5-8 swaps its sides, as
+    pipeline turns it upright) of at most ``SIZE_FILES`` of ``paths``, evenly spaced;
+    each JPEG's scale is ``pipeline.decode.Decoder.dct_ratio_index``'s, the one the
+    pipeline candidate (default options: ``jpeg_dct_scaling``, a stretch resize) uses.
+
+    Args:
+        paths: the indexed files.
+        size: the output (height, width), pixels.
+
+    Returns:
+        {"files": len(paths), "read": headers read, "jpeg", "other" (other formats),
+        "unreadable": counts; "median", "min", "max": [width, height] (per side, None
+        when none was read); "median_megapixels"; "dct_ratios": {"R": JPEGs decoded at
+        scale 1/R}} (R in ``pipeline.decode.DCT_RATIOS``; 1: full scale).
+    """
+    step = max(1, -(-len(paths) // SIZE_FILES))
+    picked = list(paths)[::step]
+    dims, jpeg, unreadable = [], [], 0
+    for p in picked:
+        try:
+            w, h, fmt = _header_size(p)
+        except Exception:  # noqa: BLE001 - any reader error: counted, the run reports the file
+            unreadable += 1
+            continue
+        dims.append((w, h))
+        if fmt == "JPEG":
+            jpeg.append((h, w))
+    out = {"files": len(paths), "read": len(picked), "jpeg": len(jpeg),
+           "other": len(dims) - len(jpeg), "unreadable": unreadable}
+    for key, pick in (("median", statistics.median_low), ("min", min), ("max", max)):
+        out[key] = [pick(d[0] for d in dims), pick(d[1] for d in dims)] if dims else None
+    out["median_megapixels"] = (statistics.median(w * h for w, h in dims) / 1e6 if dims
+                                else None)
+    ratios = _dct_ratios(jpeg, size)
+    out["dct_ratios"] = {str(r): ratios.count(r) for r in sorted(set(ratios), reverse=True)}
+    return out
+
+
+def _header_size(path: str):
+    """(width, height as displayed, Pillow's format name) from ``path``'s header."""
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    if "://" in path:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        f = tf.io.gfile.GFile(path, "rb")
+    else:
+        f = open(path, "rb")  # pylint: disable=consider-using-with
+    with f, Image.open(f) as im:
+        w, h = im.size
+        if im.format == "JPEG" and im.getexif().get(0x0112, 1) in (5, 6, 7, 8):
+            w, h = h, w
+        return w, h, im.format
+
+
+def _dct_ratios(dims: Sequence[Sequence[int]], size: Sequence[int]) -> list:
+    """``DCT_RATIOS[Decoder.dct_ratio_index(h, w, size)]`` of each (height, width)."""
+    if not dims:
+        return []
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from pipeline import decode  # pylint: disable=import-outside-toplevel
+    unique = sorted(set(map(tuple, dims)))
+    target = (int(size[0]), int(size[1]))
+    index = tf.function(lambda hw: tf.map_fn(
+        lambda s: decode.Decoder.dct_ratio_index(s[0], s[1], target, ceil=True), hw,
+        fn_output_signature=tf.int32))(tf.constant(np.asarray(unique, np.int32)))
+    ratio = {d: decode.DCT_RATIOS[i] for d, i in zip(unique, index.numpy())}
+    return [ratio[tuple(d)] for d in dims]
+
+
+def image_sizes_line(sizes: dict, size: Sequence[int]) -> str:
+    """``image_sizes`` as the line bench prints, e.g. "images (WxH): median 452x447,
+    300-600 x 301-600, 0.2 MP; 512 JPEGs; pipeline decodes them for 224x224 at: full
+    scale for all 512" (the scale: pipeline's reduced-DCT JPEG decoding)."""
+    lo, hi, med = sizes["min"], sizes["max"], sizes["median"]
+    if med is None:
+        text = "images: no header read"
+    elif lo == hi:
+        text = f"images (WxH): {lo[0]}x{lo[1]} each, {sizes['median_megapixels']:.1f} MP"
+    else:
+        text = (f"images (WxH): median {med[0]}x{med[1]}, {lo[0]}-{hi[0]} x {lo[1]}-{hi[1]}, "
+                f"{sizes['median_megapixels']:.1f} MP")
+    counts = [f"{sizes['jpeg']:,} JPEG{'' if sizes['jpeg'] == 1 else 's'}"] + [
+        f"{sizes[k]:,} {what}" for k, what in (("other", "in other formats"),
+                                               ("unreadable", "unreadable")) if sizes[k]]
+    if sizes["read"] < sizes["files"]:
+        counts[-1] += f" ({sizes['read']:,} of the {sizes['files']:,} files read, evenly spaced)"
+    scales = [("full scale" if r == "1" else f"1/{r} scale") + f" for {n:,}"
+              for r, n in sizes["dct_ratios"].items()]
+    if len(scales) == 1:
+        scales = [scales[0].replace(" for ", " for all ") if sizes["jpeg"] > 1 else scales[0]]
+    return (f"{text}; {', '.join(counts)}; pipeline decodes the JPEGs for {size[0]}x{size[1]} "
+            f"at: {', '.join(scales) or 'none'}")
+
+
 def run(data_dir: Optional[str] = None, *, image_size=(224, 224), batch_size: int = 64,
-        sample_images: int = 512, on_error: str = "raise", plan: bool = False,
-        profile: bool = False, progress: bool = True, **options) -> dict:
+        sample: str = "small", sample_images: Optional[int] = None, on_error: str = "raise",
+        plan: bool = False, profile: bool = False, progress: bool = True, **options) -> dict:
     """Runs one of bench's reports, prints it, and returns its figures.
 
     Args:
-        data_dir: a class-folder directory; None: ``$PIPELINE_DATA_DIR``, else a
-            generated sample of ``sample_images`` JPEGs (``pipeline.sample``).
+        data_dir: a class-folder directory; None: ``$PIPELINE_DATA_DIR``, else the
+            built-in sample ``sample`` of ``sample_images`` JPEGs (``pipeline.sample``).
         image_size: (height, width) or an int, pixels.
         batch_size: int >= 1, images.
-        sample_images: int >= 1, images in the generated sample.
+        sample: the built-in sample: "small" (sides of 300-600 pixels) or "large"
+            (4000x3000, decoded at a reduced DCT scale): ``pipeline.sample.SAMPLES``.
+        sample_images: int >= 1, images in the built-in sample (None:
+            ``SAMPLE_IMAGES[sample]``: 512, or 160 large ones).
         on_error: pipeline's bad-file policy, "raise" or "skip".
         plan: the capacity plan (needs ``target_images_per_sec``).
         profile: the stage profile.
@@ -252,8 +374,9 @@ def run(data_dir: Optional[str] = None, *, image_size=(224, 224), batch_size: in
 
     Returns:
         The plan's or the profile's ``to_dict()``; for the peer comparison, pipeline's
-        figures (``RESULT_KEYS``, medians), ``spread``, ``options``, ``compare`` (each
-        peer's figures or ``error``) and ``speedup_vs_NAME`` / ``speedup_vs_NAME_cpu``.
+        figures (``RESULT_KEYS``, medians), ``spread``, ``options``, ``images``
+        (``image_sizes``), ``compare`` (each peer's figures or ``error``) and
+        ``speedup_vs_NAME`` / ``speedup_vs_NAME_cpu``.
 
     Raises:
         ValueError: ``check``'s, the library's for the options, or too few images
@@ -261,48 +384,80 @@ def run(data_dir: Optional[str] = None, *, image_size=(224, 224), batch_size: in
         PipelineFailed: pipeline's candidate failed (the table is printed first).
         Stopped: Ctrl-C during the runs (the finished rounds' table is printed first).
     """
-    o = check(data_dir, batch_size=batch_size, sample_images=sample_images, plan=plan,
-              profile=profile, **options)  # before TensorFlow loads
-    import pipeline  # pylint: disable=import-outside-toplevel
+    o = check(data_dir, batch_size=batch_size, sample=sample, sample_images=sample_images,
+              plan=plan, profile=profile, **options)  # before TensorFlow loads
+    o.update(sample_images=_sample_images(sample, sample_images), on_error=on_error,
+             batch_size=batch_size, progress=progress, data_dir=data_dir)
     from absl import logging  # pylint: disable=import-outside-toplevel
     from pipeline import index  # pylint: disable=import-outside-toplevel
-    from pipeline import report as report_lib  # pylint: disable=import-outside-toplevel
 
     names = ["pipeline"] + [c for c in o["compare"] if c != "pipeline"]
     size = harness.check_spec({"image_size": image_size, "batch_size": batch_size,
                                "seed": o["seed"], "options": {"on_error": on_error}},
                               names if not (plan or profile) else ["pipeline"])["image_size"]
-    folder = sample.default_data_dir(data_dir, num_images=sample_images, shared=False)
+    folder = _data_folder(data_dir, sample, o["sample_images"])
     idx = index.index_directory(folder)  # a missing data_dir: the error comes first, alone
-    if not data_dir and not os.environ.get(sample.DATA_DIR_ENV):
-        print(sample.sample_note(folder), flush=True)
+    if not data_dir and not os.environ.get(sample_lib.DATA_DIR_ENV):
+        print(sample_lib.sample_note(folder), flush=True)
     if not profile:
-        check_timed(batch_size, len(idx), data_dir, sample_images)
+        check_timed(batch_size, len(idx), data_dir, o["sample_images"])
     logging.info("pipeline bench: data in %s", folder)
     if plan or profile:
-        if plan:
-            cost = capacity.measure_cost(folder, size, batch_size, augment=o["augment"],
-                                         epochs=o["epochs"], repeats=o["repeats"],
-                                         on_error=on_error, seed=o["seed"], progress=progress)
-            report = capacity.capacity_plan(o["target_images_per_sec"],
-                                            cost["images_per_cpu_sec"],
-                                            worker_cores=o["worker_cores"],
-                                            headroom=o["headroom"], measurement=cost)
-        else:
-            report = pipeline.profile(folder, target_images_per_sec=o["target_images_per_sec"],
-                                      profile_dir=o["profile_dir"], image_size=tuple(size),
-                                      batch_size=batch_size, on_error=on_error)
-        print(report.table())
-        return report.to_dict()
+        print(image_sizes_line(image_sizes(idx.paths, size), size), flush=True)
+        return _plan_or_profile(folder, size, plan, o)
+    return _compare(folder, idx.paths, size, names, o)
+
+
+def _data_folder(data_dir: Optional[str], sample: str, sample_images: int) -> str:
+    """The folder bench reads: ``data_dir``, ``$PIPELINE_DATA_DIR``, else the built-in
+    sample (written once; a line on stderr says so first, as it takes a while)."""
+    size = sample_lib.sample_size(sample)
+    if (not data_dir and not os.environ.get(sample_lib.DATA_DIR_ENV)
+            and not os.path.isdir(sample_lib.sample_dir(sample_images, size=size))):
+        what = f"{size[1]}x{size[0]} " if size else ""
+        print(f"pipeline bench: writing the built-in sample once ({sample_images} {what}"
+              "JPEGs)...", file=sys.stderr, flush=True)
+    return sample_lib.default_data_dir(data_dir, num_images=sample_images, shared=False,
+                                       size=size)
+
+
+def _plan_or_profile(folder: str, size: Sequence[int], plan: bool, o: dict) -> dict:
+    """The capacity plan (``plan``) or the stage profile: printed, and its ``to_dict()``."""
+    import pipeline  # pylint: disable=import-outside-toplevel
+    if plan:
+        cost = capacity.measure_cost(folder, size, o["batch_size"], augment=o["augment"],
+                                     epochs=o["epochs"], repeats=o["repeats"],
+                                     on_error=o["on_error"], seed=o["seed"],
+                                     progress=o["progress"])
+        report = capacity.capacity_plan(o["target_images_per_sec"], cost["images_per_cpu_sec"],
+                                        worker_cores=o["worker_cores"], headroom=o["headroom"],
+                                        measurement=cost)
+    else:
+        report = pipeline.profile(folder, target_images_per_sec=o["target_images_per_sec"],
+                                  profile_dir=o["profile_dir"], image_size=tuple(size),
+                                  batch_size=o["batch_size"], on_error=o["on_error"])
+    print(report.table())
+    return report.to_dict()
+
+
+def _compare(folder: str, paths: Sequence[str], size: Sequence[int], names: Sequence[str],
+             o: dict) -> dict:
+    """The peer comparison: its lines printed, its figures returned (``run``)."""
+    from pipeline import report as report_lib  # pylint: disable=import-outside-toplevel
     print(report_lib.stack_line())
-    spec = {"data_dir": folder, "image_size": size, "batch_size": batch_size,
-            "epochs": o["epochs"], "seed": o["seed"], "num_images": len(idx),
-            "options": {"on_error": on_error}}
-    label = data_dir or os.environ.get(sample.DATA_DIR_ENV) or sample.data_dir_label(folder)
-    print(header(len(idx), label, size, batch_size, o["epochs"], o["repeats"]), flush=True)
+    spec = {"data_dir": folder, "image_size": size, "batch_size": o["batch_size"],
+            "epochs": o["epochs"], "seed": o["seed"], "num_images": len(paths),
+            "options": {"on_error": o["on_error"]}}
+    label = (o["data_dir"] or os.environ.get(sample_lib.DATA_DIR_ENV)
+             or sample_lib.data_dir_label(folder))
+    print(header(len(paths), label, size, o["batch_size"], o["epochs"], o["repeats"]),
+          flush=True)
+    sizes = image_sizes(paths, size)
+    print(image_sizes_line(sizes, size), flush=True)
     try:  # a peer that fails (e.g. Keras on a bad file) is reported, not fatal
-        results = harness.run_candidates(names, spec, repeats=o["repeats"], progress=progress,
-                                         keep_going=True, quality_images=harness.QUALITY_IMAGES)
+        results = harness.run_candidates(names, spec, repeats=o["repeats"],
+                                         progress=o["progress"], keep_going=True,
+                                         quality_images=harness.QUALITY_IMAGES)
     except harness.Interrupted as e:
         if e.rounds:
             print(harness.format_table(e.results))
@@ -316,19 +471,26 @@ def run(data_dir: Optional[str] = None, *, image_size=(224, 224), batch_size: in
     unmeasured = [k for k in FIGURES if not isinstance(main.get(k), (int, float))
                   or not math.isfinite(main[k])]
     if unmeasured:  # e.g. on_error="skip" left too few images per epoch: nothing timed
-        check_timed(batch_size, main.get("num_images"), data_dir, sample_images, why=(
-            f"no figure for {', '.join(unmeasured)}: pipeline delivered {main.get('num_images')}"
-            f" of the {len(idx)} images per epoch (the others were bad files, "
-            f"on_error={on_error}), so "))
+        check_timed(o["batch_size"], main.get("num_images"), o["data_dir"], o["sample_images"],
+                    why=f"no figure for {', '.join(unmeasured)}: pipeline delivered "
+                        f"{main.get('num_images')} of the {len(paths)} images per epoch (the "
+                        f"others were bad files, on_error={o['on_error']}), so ")
     print(harness.format_table(results))
     _print_failed_peers(results, names)
     print()
     for line in harness.headline(results, "pipeline", names[1:], max_spread=o["max_spread"]):
         print(line)
+    return _result(results, names, spec, dict(o, images=sizes))
+
+
+def _result(results: dict, names: Sequence[str], spec: dict, o: dict) -> dict:
+    """The peer comparison's figures (``run``'s return)."""
+    main = results["pipeline"]
     out = {k: main[k] for k in RESULT_KEYS if k in main}
     out["spread"] = harness.spread(main)
-    out["options"] = dict(spec, data_dir=sample.data_dir_label(folder), candidates=names,
-                          repeats=o["repeats"])
+    out["options"] = dict(spec, data_dir=sample_lib.data_dir_label(spec["data_dir"]),
+                          candidates=list(names), repeats=o["repeats"])
+    out["images"] = o["images"]
     out["compare"] = {n: results[n] for n in names[1:]}
     for n in names[1:]:
         for key, suffix in (("images_per_sec", ""), ("steady_images_per_cpu_sec", "_cpu")):

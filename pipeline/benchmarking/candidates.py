@@ -4,7 +4,7 @@ notebooks and ``benchmarks/*.py`` share them).
 
 The optional peers (torch, TF1 queue runners, a Keras ``PyDataset`` through a
 Keras-private adapter, the legacy ``ImageDataGenerator``) live outside the
-package, in ``benchmarks/candidates.py``, which registers more candidates with
+package, in ``benchmarks/peer_candidates.py``, which registers more candidates with
 the same harness.
 
 Every factory takes the harness spec (``data_dir``, ``image_size`` [h, w],

@@ -9,7 +9,7 @@ Importing this module registers them with the package's harness
 subprocess worker puts this folder on ``PYTHONPATH`` to import it again.
 
     import sys; sys.path.insert(0, "benchmarks")
-    import candidates                      # registers tf1_queue, pydataset, ...
+    import peer_candidates                 # registers tf1_queue, pydataset, ...
     from pipeline.benchmarking import harness as bench
     bench.run_candidates(["pipeline", "tf1_queue"], spec)
 
@@ -51,9 +51,8 @@ Candidates added here:
         random_resized_crop=True, horizontal_flip=True)``); for
         ``stored_resolution.py``.
 
-Also here: ``symlink_tree`` (folders of N links to the photos of a folder) and
-``data_dir_flag_help`` for the scripts of this folder, which take their data
-folder from ``--data_dir``, else ``pipeline.sample.default_data_dir()``.
+Also here: ``symlink_tree`` (folders of N links to the photos of a folder), for
+the scripts of this folder (their shared flags and data folder: ``common_flags.py``).
 """
 
 from __future__ import annotations
@@ -62,24 +61,11 @@ import os
 import random
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-
+import common_flags  # noqa: F401  (puts the repository on sys.path)
 from pipeline.benchmarking import harness as bench  # noqa: E402
 from pipeline.benchmarking import candidates as public  # noqa: E402,F401  (registers pipeline, keras, ...)
 from pipeline import config as config_lib  # noqa: E402
-from pipeline import sample  # noqa: E402
 from pipeline.benchmarking.candidates import pil_load  # noqa: E402
-
-DATA_DIR_HELP = ("Default: $PIPELINE_DATA_DIR, else "
-                 "../shared/data/imagenet-sample next to the repository, else a generated "
-                 "sample (pipeline.sample.default_data_dir).")
-
-
-def data_dir(flag_value=None, num_images: int = 256) -> str:
-    """``--data_dir`` when given, else ``pipeline.sample.default_data_dir()``."""
-    return sample.default_data_dir(flag_value, num_images=num_images)
 
 
 def _index(spec):
