@@ -42,6 +42,8 @@ DTYPES = {
 }
 # Pillow's decompression-bomb limit (see ``checks.DEFAULT_MAX_PIXELS``).
 DEFAULT_MAX_PIXELS = checks.DEFAULT_MAX_PIXELS
+# How long a tf.data service reader waits for an element before raising (service_timeout_s).
+DEFAULT_SERVICE_TIMEOUT_S = 300.0
 # Factories whose files hold one class each (multi-label and float targets
 # come from manifests or stored shards).
 ONE_CLASS_FACTORIES = ("from_directory", "from_paths")
@@ -201,6 +203,12 @@ class ImageOptions:
             only with ``service``.
         job_name: str or None: consumers with the same job name share one
             service job.
+        service_timeout_s: float > 0 or None (default 300): with ``service``,
+            the reader raises ``tf.errors.InvalidArgumentError`` ("pipeline: no
+            element from the tf.data service at ADDRESS for N s ...") once it
+            has waited that long for an element, e.g. after a worker died
+            (the service keeps waiting for it: docs/scale-out.md); None waits
+            without end, as TensorFlow does.
         drop_remainder: bool (default False): drop the last, short batch.
         mask_mode: segmentation pairs only (``masks=``, ``masks_dir=``,
             ``mask_column=``): "index" (default: a palette image's index, a
@@ -249,6 +257,7 @@ class ImageOptions:
     service: Optional[str] = None
     processing_mode: str = "off"
     job_name: Optional[str] = None
+    service_timeout_s: Optional[float] = DEFAULT_SERVICE_TIMEOUT_S
     drop_remainder: bool = False
     mask_mode: str = "index"
     mask_colors: Any = None
@@ -533,6 +542,19 @@ def check_pair_options(factory: str, opts: "ImageOptions", has_masks: bool) -> N
                 f"(masks=, masks_dir= or mask_column=). {checks.received(name, value)}")
 
 
+def _check_service_timeout(o) -> None:
+    t = o["service_timeout_s"]
+    if t is not None and (isinstance(t, (bool, np.bool_)) or not isinstance(t, numbers.Real)
+                          or not 0 < t < float("inf")):
+        raise ValueError("`service_timeout_s` must be a number of seconds > 0, or None (wait "
+                         f"without end). {checks.received('service_timeout_s', t)}")
+    if t != DEFAULT_SERVICE_TIMEOUT_S and not o["service"]:
+        raise ValueError("`service_timeout_s` bounds a wait for the tf.data service: pass "
+                         f"`service=` (the dispatcher address) too. {checks.received('service_timeout_s', t)}, "
+                         "service=None")
+    o["service_timeout_s"] = None if t is None else float(t)
+
+
 def make_options(factory: str = "", **kw) -> ImageOptions:
     """Validates keyword options once and returns an ``ImageOptions``.
 
@@ -679,6 +701,7 @@ def make_options(factory: str = "", **kw) -> ImageOptions:
     if o["job_name"] is not None and not o["service"]:
         raise ValueError("`job_name` names a tf.data service job: pass `service=` (the "
                          f"dispatcher address) too. {r('job_name', o['job_name'])}, service=None")
+    _check_service_timeout(o)
     if ctx is not None and o["batch_size"] is not None and \
             o["batch_size"] % getattr(ctx, "num_replicas_in_sync", 1):
         raise ValueError(
