@@ -550,8 +550,8 @@ def _check_service_timeout(o) -> None:
                          f"without end). {checks.received('service_timeout_s', t)}")
     if t != DEFAULT_SERVICE_TIMEOUT_S and not o["service"]:
         raise ValueError("`service_timeout_s` bounds a wait for the tf.data service: pass "
-                         f"`service=` (the dispatcher address) too. {checks.received('service_timeout_s', t)}, "
-                         "service=None")
+                         "`service=` (the dispatcher address) too. "
+                         f"{checks.received('service_timeout_s', t)}, service=None")
     o["service_timeout_s"] = None if t is None else float(t)
 
 

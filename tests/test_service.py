@@ -199,9 +199,9 @@ def test_worker_killed_mid_epoch(cluster, tmp_path):
     Figures printed (run with -s). Measured on the 2-core machine, 150 files,
     w2 killed after 8-9 elements reached the consumer: 23-24 delivered,
     126-127 lost, 0 repeated, and the consumer never finished (it blocked until
-    this test's 20 s bound; service_timeout_s bounds it: the test below). Why so many: with DYNAMIC sharding each split is
-    one path, and a worker's whole-epoch path shuffle buffer pulls splits
-    eagerly, so the killed worker held most of the epoch. The service does not
+    this test's 20 s bound; service_timeout_s bounds it: the test below). Why so
+    many: with DYNAMIC sharding each split is one path, and a worker's whole-epoch
+    path shuffle buffer pulls splits eagerly, so the killed worker held most of the epoch. The service does not
     re-issue a dead worker's splits: treat a worker failure as a lost epoch
     (restart the job), not as a small gap.
     PIPELINE_KILL_MODE=off (w2 killed after 10): 163 of the 300 expected
