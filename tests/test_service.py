@@ -201,9 +201,9 @@ def test_worker_killed_mid_epoch(cluster, tmp_path):
     126-127 lost, 0 repeated, and the consumer never finished (it blocked until
     this test's 20 s bound; service_timeout_s bounds it: the test below). Why so
     many: with DYNAMIC sharding each split is one path, and a worker's whole-epoch
-    path shuffle buffer pulls splits eagerly, so the killed worker held most of the epoch. The service does not
-    re-issue a dead worker's splits: treat a worker failure as a lost epoch
-    (restart the job), not as a small gap.
+    path shuffle buffer pulls splits eagerly, so the killed worker held most of
+    the epoch. The service does not re-issue a dead worker's splits: treat a
+    worker failure as a lost epoch (restart the job), not as a small gap.
     PIPELINE_KILL_MODE=off (w2 killed after 10): 163 of the 300 expected
     delivered (w1's full epoch + 13 from w2), 0 files lost entirely (w1 covers
     them), consumer blocked. =file (killed after 9): 75 delivered, exactly
