@@ -43,8 +43,9 @@ A worker that dies mid-epoch is not replaced by the service: the dispatcher keep
 its task, so the reader would wait for it without end (TensorFlow's client skips an
 unreachable worker and keeps asking it). ``service_timeout_s`` (``ImageOptions``)
 bounds that wait on the client: ``bound_wait`` raises once no element has come for
-that long while the reader waited. ``tests/test_service.py`` measures it, with the
-elements lost or repeated; docs/scale-out.md has the figures.
+that long while the reader waited (a worker restarted at the dead one's address lets
+the epoch end, without the dead worker's files). ``tests/test_service.py`` measures
+the bound, with the elements lost or repeated; docs/scale-out.md has the figures.
 """
 
 from __future__ import annotations
@@ -360,8 +361,8 @@ def bound_wait(ds: tf.data.Dataset, timeout_s: float, service: str) -> tf.data.D
         f"while the reader waited (service_timeout_s={timeout_s:g}). A worker of this job "
         "is most likely gone (killed, crashed or unreachable): the dispatcher keeps its "
         "task and hands its share to no other worker, so the epoch cannot end: restart "
-        "the service (its dispatcher still lists the dead worker) and the epoch; if the "
-        "workers are only slow, raise service_timeout_s")
+        "that worker at its address (the epoch then ends without its files) or the "
+        "service; if the workers are only slow, raise service_timeout_s")
 
     def watch(waited, element):
         kind, made, value = element
