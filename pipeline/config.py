@@ -45,6 +45,8 @@ DTYPES = {
 }
 # Pillow's decompression-bomb limit (see ``checks.DEFAULT_MAX_PIXELS``).
 DEFAULT_MAX_PIXELS = checks.DEFAULT_MAX_PIXELS
+# How long a tf.data service reader waits for an element before raising (service_timeout_s).
+DEFAULT_SERVICE_TIMEOUT_S = 300.0
 # Factories whose files hold one class each (multi-label and float targets
 # come from manifests or stored shards).
 ONE_CLASS_FACTORIES = ("from_directory", "from_paths")
@@ -222,11 +224,13 @@ class OrderOptions:
 
 @dataclasses.dataclass(frozen=True)
 class ServiceOptions:
-    """The tf.data service (``distribute``): service, processing_mode, job_name."""
+    """The tf.data service (``distribute``): service, processing_mode, job_name,
+    service_timeout_s."""
 
     service: Optional[str] = None
     processing_mode: str = "off"
     job_name: Optional[str] = None
+    service_timeout_s: Optional[float] = DEFAULT_SERVICE_TIMEOUT_S
 
     def __post_init__(self):
         r = checks.received
@@ -246,6 +250,16 @@ class ServiceOptions:
             raise ValueError("`job_name` names a tf.data service job: pass `service=` (the "
                              f"dispatcher address) too. {r('job_name', self.job_name)}, "
                              "service=None")
+        t = self.service_timeout_s
+        if t is not None and (isinstance(t, (bool, np.bool_)) or not isinstance(t, numbers.Real)
+                              or not 0 < t < float("inf")):
+            raise ValueError("`service_timeout_s` must be a number of seconds > 0, or None (wait "
+                             f"without end). {r('service_timeout_s', t)}")
+        if t != DEFAULT_SERVICE_TIMEOUT_S and not svc:
+            raise ValueError("`service_timeout_s` bounds a wait for the tf.data service: pass "
+                             "`service=` (the dispatcher address) too. "
+                             f"{r('service_timeout_s', t)}, service=None")
+        _set(self, service_timeout_s=None if t is None else float(t))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -598,6 +612,12 @@ class ImageOptions:
             only with ``service``.
         job_name: str or None: consumers with the same job name share one
             service job.
+        service_timeout_s: float > 0 or None (default 300): with ``service``,
+            the reader raises ``tf.errors.InvalidArgumentError`` ("pipeline: no
+            element from the tf.data service at ADDRESS for N s ...") once it
+            has waited that long for an element, e.g. after a worker died
+            (the service keeps waiting for it: docs/scale-out.md); None waits
+            without end, as TensorFlow does.
         drop_remainder: bool (default False): drop the last, short batch.
         mask_mode: segmentation pairs only (``masks=``, ``masks_dir=``,
             ``mask_column=``): "index" (default: a palette image's index, a
@@ -654,6 +674,7 @@ class ImageOptions:
     service: Optional[str] = ServiceOptions.service
     processing_mode: str = ServiceOptions.processing_mode
     job_name: Optional[str] = ServiceOptions.job_name
+    service_timeout_s: Optional[float] = ServiceOptions.service_timeout_s
     drop_remainder: bool = DeliveryOptions.drop_remainder
     mask_mode: str = MaskOptions.mask_mode
     mask_colors: Any = MaskOptions.mask_colors

@@ -39,14 +39,20 @@ With ``on_error="skip"`` the workers, which run no Python, skip bad files in the
 graph: each is a line on that worker's stderr (``pipeline: skipped PATH: REASON``,
 every epoch it is met), and ``pipeline.errors(ds)`` on the client stays empty.
 
-A killed worker is not recovered mid-epoch by the service: see
-``tests/test_service.py`` for the figures measured (elements lost or repeated).
+A worker that dies mid-epoch is not replaced by the service: the dispatcher keeps
+its task, so the reader would wait for it without end (TensorFlow's client skips an
+unreachable worker and keeps asking it). ``service_timeout_s`` (``ImageOptions``)
+bounds that wait on the client: ``bound_wait`` raises once no element has come for
+that long while the reader waited (a worker restarted at the dead one's address lets
+the epoch end, without the dead worker's files). ``tests/test_service.py`` measures
+the bound, with the elements lost or repeated; docs/scale-out.md has the figures.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import os
 import signal
 import socket
@@ -61,6 +67,8 @@ from pipeline import checks
 from pipeline import config as config_lib
 from pipeline import service_args
 from pipeline import stack
+
+graph_fn = tf.autograph.experimental.do_not_convert
 
 PROCESSING_MODES = {
     "off": tf.data.experimental.service.ShardingPolicy.OFF,
@@ -270,10 +278,104 @@ def service_transformation(opts: config_lib.ImageOptions):
     else:
         protocol, address = "grpc", service
     _check_reachable(address, service)
-    return tf.data.experimental.service.distribute(
+    distribute = tf.data.experimental.service.distribute(
         processing_mode=PROCESSING_MODES[opts.processing_mode],
         service=(protocol, address),
         job_name=opts.job_name)
+    if opts.service_timeout_s is None:
+        return distribute
+    return lambda ds: bound_wait(ds.apply(distribute), opts.service_timeout_s, service)
+
+
+_REAL, _TICK, _END = 0, 1, 2  # what an element of bound_wait's merged stream is
+
+
+def _stand_in(spec):
+    """A small element of structure ``spec`` (zeros; unknown dimensions 0) that a tick
+    carries: tf.data merges only streams of one structure."""
+    def one(s):
+        if not isinstance(s, tf.TensorSpec):
+            raise ValueError("`service_timeout_s` needs dense tensors in the elements; "
+                             f"pass service_timeout_s=None. Received an element part {s!r}")
+        if s.shape.rank is None:
+            return tf.zeros([0], s.dtype)
+        return tf.zeros([0 if d is None else d for d in s.shape.as_list()], s.dtype)
+    return tf.nest.map_structure(one, spec)
+
+
+def _ticks(period_s: float, spec) -> tf.data.Dataset:
+    """An endless stream of stand-ins, one each ``period_s`` (``tf.raw_ops.SleepDataset``,
+    public), each stamped with the time it was made."""
+    idle = tf.data.Dataset.from_tensors(tf.constant(0, tf.int32)).repeat()
+    slept = tf.data.experimental.from_variant(tf.raw_ops.SleepDataset(
+        input_dataset=tf.data.experimental.to_variant(idle),
+        sleep_microseconds=int(period_s * 1e6), output_types=[tf.int32], output_shapes=[[]]),
+        idle.element_spec)
+    return slept.map(graph_fn(lambda _: (tf.constant(_TICK, tf.int8), tf.timestamp(),
+                                         _stand_in(spec))))
+
+
+def bound_wait(ds: tf.data.Dataset, timeout_s: float, service: str) -> tf.data.Dataset:
+    """``ds`` (a tf.data service dataset), failing once the reader has waited
+    ``timeout_s`` seconds for an element, instead of waiting without end.
+
+    In graph ops on the client, nothing in Python: ``ds`` and a stream of ticks, one
+    each ``period = min(0.1 s, timeout_s / 10)``, are merged by a non-deterministic
+    ``interleave`` (``ds``'s own order is kept); a ``scan`` counts the ticks that
+    reached the reader fresh, within ``min(0.5 s, timeout_s / 2)`` of being made (the
+    reader was waiting, not busy elsewhere: ticks that sat in the buffer while it
+    trained are not counted), since the last element of ``ds``; ``ceil(timeout_s /
+    period)`` of them raise. An end marker after ``ds``'s last element ends the
+    stream; ticks are filtered out. The elements, their order and ``ds.options()``
+    are unchanged. The short period keeps the end of an epoch prompt (the interleave
+    waits for a sleeping tick when it closes).
+
+    Args:
+        ds: the dataset ``tf.data.experimental.service.distribute`` returned; its
+            elements dense tensors (any nesting).
+        timeout_s: float > 0.
+        service: the dispatcher address, for the message.
+
+    Returns:
+        A ``tf.data.Dataset`` with ``ds``'s elements and ``element_spec``.
+
+    Raises:
+        ValueError: ``ds``'s elements hold a ragged or sparse part.
+        tf.errors.InvalidArgumentError (while iterating): no element for
+            ``timeout_s`` s while the reader waited; the message starts "pipeline: no
+            element from the tf.data service at SERVICE".
+    """
+    spec = ds.element_spec
+    period, window = min(0.1, timeout_s / 10), min(0.5, timeout_s / 2)
+    limit = max(1, math.ceil(timeout_s / period))
+    real = ds.map(graph_fn(lambda *e: (tf.constant(_REAL, tf.int8), tf.timestamp(),
+                                       e if isinstance(spec, tuple) else e[0])))
+    end = tf.data.Dataset.from_tensors(tf.constant(_END, tf.int8)).map(
+        graph_fn(lambda kind: (kind, tf.timestamp(), _stand_in(spec))))
+    merged = tf.data.Dataset.from_tensors(real.concatenate(end)).concatenate(
+        tf.data.Dataset.from_tensors(_ticks(period, spec))).interleave(
+            graph_fn(lambda branch: branch), cycle_length=2, block_length=1,
+            num_parallel_calls=2, deterministic=False)
+    message = (
+        f"pipeline: no element from the tf.data service at {service} for {timeout_s:g} s "
+        f"while the reader waited (service_timeout_s={timeout_s:g}). A worker of this job "
+        "is most likely gone (killed, crashed or unreachable): the dispatcher keeps its "
+        "task and hands its share to no other worker, so the epoch cannot end: restart "
+        "that worker at its address (the epoch then ends without its files) or the "
+        "service; if the workers are only slow, raise service_timeout_s")
+
+    def watch(waited, element):
+        kind, made, value = element
+        fresh = (kind == _TICK) & (tf.timestamp() - made < window)
+        waited = tf.where(kind == _REAL, tf.constant(0, tf.int64),
+                          waited + tf.cast(fresh, tf.int64))
+        with tf.control_dependencies([tf.debugging.Assert(waited < limit, [message])]):
+            return waited, (tf.identity(kind), value)
+
+    out = merged.scan(tf.constant(0, tf.int64), graph_fn(watch))
+    out = out.take_while(graph_fn(lambda kind, _: kind != _END))
+    out = out.filter(graph_fn(lambda kind, _: kind == _REAL))
+    return out.map(graph_fn(lambda _, value: value)).with_options(ds.options())
 
 
 @checks.known_keywords()

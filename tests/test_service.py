@@ -199,11 +199,11 @@ def test_worker_killed_mid_epoch(cluster, tmp_path):
     Figures printed (run with -s). Measured on the 2-core machine, 150 files,
     w2 killed after 8-9 elements reached the consumer: 23-24 delivered,
     126-127 lost, 0 repeated, and the consumer never finished (it blocked until
-    this test's 20 s bound). Why so many: with DYNAMIC sharding each split is
-    one path, and a worker's whole-epoch path shuffle buffer pulls splits
-    eagerly, so the killed worker held most of the epoch. The service does not
-    re-issue a dead worker's splits: treat a worker failure as a lost epoch
-    (restart the job), not as a small gap.
+    this test's 20 s bound; service_timeout_s bounds it: the test below). Why so
+    many: with DYNAMIC sharding each split is one path, and a worker's whole-epoch
+    path shuffle buffer pulls splits eagerly, so the killed worker held most of
+    the epoch. The service does not re-issue a dead worker's splits: treat a
+    worker failure as a lost epoch (restart the job), not as a small gap.
     PIPELINE_KILL_MODE=off (w2 killed after 10): 163 of the 300 expected
     delivered (w1's full epoch + 13 from w2), 0 files lost entirely (w1 covers
     them), consumer blocked. =file (killed after 9): 75 delivered, exactly
@@ -212,18 +212,21 @@ def test_worker_killed_mid_epoch(cluster, tmp_path):
     root = make_images(tmp_path, KILL_N)
     consumer = _spawn(_SLOW_CONSUMER.format(root=root, service=cluster["service"],
                                             mode=KILL_MODE))
-    lines, killed = [], False
+    lines, killed, killed_at = [], False, None
     reader = threading.Thread(target=lambda: lines.extend(consumer.stdout), daemon=True)
     reader.start()
 
     def elements():
         return [int(l.split()[1]) for l in list(lines) if l.startswith("E ")]
 
-    end = time.time() + 20          # the consumer may block for minutes: bound it
+    # Up to 60 s to start (a loaded machine), then 20 s after the kill: the consumer may
+    # block for minutes (service_timeout_s, 300 s by default): bound it.
+    end = time.time() + 60
     while time.time() < end and consumer.poll() is None:
         if not killed and len(elements()) >= KILL_AFTER:
             _stop(cluster["procs"]["w2"])
             killed, killed_at = True, len(elements())
+            end = time.time() + 20
         time.sleep(0.1)
     _stop(consumer)
     reader.join(timeout=5)
@@ -238,3 +241,141 @@ def test_worker_killed_mid_epoch(cluster, tmp_path):
     if KILL_MODE != "off":          # OFF repeats by design: one epoch per worker
         assert report["repeated"] == 0
     assert set(seen) <= set(range(KILL_N))
+
+
+# --- service_timeout_s: the bound on a reader whose worker died -----------------------
+
+@pytest.mark.parametrize("value, why", [
+    (0, "a number of seconds > 0"), (-1.5, "a number of seconds > 0"),
+    (True, "a number of seconds > 0"), ("10", "a number of seconds > 0"),
+    (float("inf"), "a number of seconds > 0"), (float("nan"), "a number of seconds > 0")])
+def test_service_timeout_s_is_checked(tmp_path, value, why):
+    root = make_images(tmp_path, 2)
+    with pytest.raises(ValueError) as e:
+        pipeline.from_directory(root, service="grpc://localhost:1", service_timeout_s=value)
+    assert str(e.value) == (f"`service_timeout_s` must be {why}, or None (wait without end). "
+                            f"Received: service_timeout_s={value!r}")
+
+
+def test_service_timeout_s_needs_a_service(tmp_path):
+    root = make_images(tmp_path, 2)
+    with pytest.raises(ValueError) as e:
+        pipeline.from_directory(root, service_timeout_s=5)
+    assert str(e.value) == ("`service_timeout_s` bounds a wait for the tf.data service: pass "
+                            "`service=` (the dispatcher address) too. Received: "
+                            "service_timeout_s=5, service=None")
+    assert pipeline.ImageOptions().service_timeout_s == 300.0
+
+
+def _stalled(n_before: int, stall_s: float):
+    """Elements 0..n_before-1 at once, then one that comes only after ``stall_s`` s: a
+    stand-in for a service whose worker died (no cluster needed)."""
+    import tensorflow as tf
+    late = tf.data.Dataset.from_tensors(tf.constant(99, tf.int64))
+    late = tf.data.experimental.from_variant(tf.raw_ops.SleepDataset(
+        input_dataset=tf.data.experimental.to_variant(late),
+        sleep_microseconds=int(stall_s * 1e6), output_types=[tf.int64], output_shapes=[[]]),
+        late.element_spec)
+    return tf.data.Dataset.range(n_before).concatenate(late)
+
+
+def test_bound_wait_passes_every_element_in_order():
+    import tensorflow as tf
+    from pipeline import distribute
+    ds = tf.data.Dataset.range(10).map(lambda i: {"x": tf.fill([2, 3], i), "y": i}).batch(4)
+    bounded = distribute.bound_wait(ds, 5.0, "grpc://h:1")
+    assert bounded.element_spec == ds.element_spec
+    assert [b["y"].numpy().tolist() for b in bounded] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert [b["y"].numpy().tolist() for b in bounded] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    # a reader slower than the bound (busy, not waiting) is not failed
+    seen = []
+    for v in distribute.bound_wait(tf.data.Dataset.range(3), 0.3, "grpc://h:1"):
+        time.sleep(0.6)
+        seen.append(int(v))
+    assert seen == [0, 1, 2]
+
+
+def test_bound_wait_raises_naming_the_service_when_no_element_comes():
+    import tensorflow as tf
+    from pipeline import distribute
+    seen = []
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+        for v in distribute.bound_wait(_stalled(3, 60.0), 1.0, "grpc://host:5050"):
+            seen.append(int(v))
+    assert seen == [0, 1, 2]
+    assert ("pipeline: no element from the tf.data service at grpc://host:5050 for 1 s while "
+            "the reader waited (service_timeout_s=1). A worker of this job is most likely "
+            "gone") in e.value.message
+    assert "raise service_timeout_s" in e.value.message
+
+
+_BOUNDED_CONSUMER = textwrap.dedent("""
+    import sys, time
+    import tensorflow as tf
+    import pipeline
+    ds = pipeline.from_directory({root!r}, image_size=(512, 512), batch_size=None,
+                                 service={service!r}, processing_mode="dynamic",
+                                 service_timeout_s={timeout})
+    try:
+        for x, _ in ds:
+            print("E", int(x[0, 0, 0]), time.time(), flush=True)
+            time.sleep(0.02)
+    except tf.errors.InvalidArgumentError as e:
+        print("RAISED", time.time(), e.message.replace(chr(10), " "), flush=True)
+    else:
+        print("DONE", time.time(), flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_reader_raises_within_service_timeout_after_its_only_worker_is_killed(tmp_path):
+    """The only worker SIGKILLed mid-epoch ("dynamic"): without a bound the reader waits
+    for it without end (the dispatcher keeps its task: docs/scale-out.md). With
+    service_timeout_s=10 it raises, naming the dispatcher, once it has waited 10 s for an
+    element (9.4-10.4 s after the kill here: it may already be waiting), and the process
+    then exits (7-10 s later measured); what came before is each file at most once."""
+    timeout, files = 10, 150
+    root = make_images(tmp_path, files)
+    dport, wport = _free_port(), _free_port()
+    procs = [_spawn(args=["-m", "pipeline", "service", "dispatcher", f"--port={dport}",
+                          f"--worker_addresses=localhost:{wport}"])]
+    try:
+        _wait_port(dport, procs[0])
+        procs.append(_spawn(args=["-m", "pipeline", "service", "worker",
+                                  f"--dispatcher_address=localhost:{dport}",
+                                  f"--port={wport}", "--heartbeat_interval_ms=500"]))
+        _wait_port(wport, procs[1])
+        time.sleep(1.0)  # the worker registers after its port opens
+        service = f"grpc://localhost:{dport}"
+        consumer = _spawn(_BOUNDED_CONSUMER.format(root=root, service=service, timeout=timeout))
+        procs.append(consumer)
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(consumer.stdout), daemon=True)
+        reader.start()
+        killed_at, end = None, time.time() + 120
+        while time.time() < end and not any(l.startswith(("RAISED", "DONE")) for l in lines):
+            if killed_at is None and sum(l.startswith("E ") for l in list(lines)) >= 3:
+                _stop(procs[1])
+                killed_at = time.time()
+            time.sleep(0.05)
+        returned_at = time.time()
+        consumer.wait(timeout=180)  # its exit: 10 s measured (gRPC's shutdown; 6 s when healthy)
+        exit_s = time.time() - returned_at
+        reader.join(timeout=10)
+    finally:
+        for p in procs:
+            _stop(p)
+    assert killed_at is not None, lines[-20:]
+    seen = [int(l.split()[1]) for l in lines if l.startswith("E ")]
+    assert len(seen) == len(set(seen)) and set(seen) <= set(range(files))
+    raised = [l for l in lines if l.startswith("RAISED")]
+    assert raised, lines[-20:]  # the worker held the rest of the epoch's splits
+    raised_at = float(raised[0].split()[1])
+    waited = raised_at - max(float(l.split()[2]) for l in lines if l.startswith("E "))
+    print("WORKER_KILL_BOUND", json.dumps({"delivered": len(seen), "waited_s": round(waited, 1),
+                                           "after_kill_s": round(raised_at - killed_at, 1),
+                                           "exit_after_s": round(exit_s, 1)}))
+    assert timeout - 1 <= waited and raised_at - killed_at < timeout + 30
+    assert (f"pipeline: no element from the tf.data service at {service} for {timeout} s "
+            f"while the reader waited (service_timeout_s={timeout})") in raised[0]
+    assert consumer.returncode == 0
