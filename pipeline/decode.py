@@ -555,7 +555,7 @@ def _walk_step(padded, size):
 
     def step(pos, in_app, exif, sof, bad, done):
         w = tf.bitwise.bitwise_and(tf.cast(tf.io.decode_raw(
-            tf.strings.substr(padded, pos, twelve), tf.int32, little_endian=False,
+            tf.strings.substr(padded, tf.minimum(pos, size), twelve), tf.int32, little_endian=False,
             fixed_length=12), tf.int64), 0xFFFFFFFF)
         marker, length = tf.bitwise.right_shift(w[:, 0], 16), tf.bitwise.bitwise_and(w[:, 0], 0xFFFF)
         kind = tf.cast(tf.gather(_WALK_KIND, marker), tf.int32)
