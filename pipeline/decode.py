@@ -555,9 +555,11 @@ def _walk_step(contents, size):
 
     def step(pos, in_app, exif, sof, bad, done):
         w = tf.bitwise.bitwise_and(tf.cast(tf.io.decode_raw(
-            tf.strings.substr(contents, tf.minimum(pos, size), twelve), tf.int32, little_endian=False,
+            tf.strings.substr(contents, tf.minimum(pos, size), twelve), tf.int32,
+            little_endian=False,
             fixed_length=12), tf.int64), 0xFFFFFFFF)
-        marker, length = tf.bitwise.right_shift(w[:, 0], 16), tf.bitwise.bitwise_and(w[:, 0], 0xFFFF)
+        marker = tf.bitwise.right_shift(w[:, 0], 16)
+        length = tf.bitwise.bitwise_and(w[:, 0], 0xFFFF)
         kind = tf.cast(tf.gather(_WALK_KIND, marker), tf.int32)
         sized = (kind == WALK_TABLE) | (kind == WALK_APP)
         here = (in_app & tf.equal(marker, 0xFFE1) & tf.equal(w[:, 1], _EXIF_WORD)
@@ -712,7 +714,8 @@ def app1_orientation(contents, seg):
     index = tf.range(EXIF_ENTRIES, dtype=tf.int64)
     whole = (index < col(count)) & (col(ifd) + 2 + 12 * (index + 1) <= col(limit))
     lt = col(little)
-    tag, typ, cnt = uint(raw[..., 0:2], 2, lt), uint(raw[..., 2:4], 2, lt), uint(raw[..., 4:8], 4, lt)
+    tag, typ = uint(raw[..., 0:2], 2, lt), uint(raw[..., 2:4], 2, lt)
+    cnt = uint(raw[..., 4:8], 4, lt)
     unit = tf.gather(_TIFF_UNIT, tf.minimum(typ, 63))
     nbytes = cnt * unit
     outside = nbytes > 4
@@ -1681,7 +1684,8 @@ class Decoder:
             ``orientation`` (int32, 1-8, ``exif_orientation``'s value; 1 without
             ``exif_orientation``); ``scans`` (int32, SOS markers, for the cut
             check of a progressive frame; 1 for a sequential one, whose count
-            does not change that check's answer); with ``target``, ``scale`` (int32, ``dct_ratio_index``).
+            does not change that check's answer); with ``target``, ``scale``
+            (int32, ``dct_ratio_index``).
             Every other file (other formats, a bomb, an unusual or damaged header)
             is not settled: ``decode`` checks it alone, as without the batch, so
             reasons and per-file errors are unchanged.
