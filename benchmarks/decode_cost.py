@@ -20,6 +20,16 @@ median and max are reported (the minimum is the steadiest on a shared machine).
                          no checks: the floor of any reduced-scale decode where a
                          1/2 scale still covers the target (the sample at 128)
   identity               the map machinery alone
+  checks                 the per-file header checks of ``decoder`` alone: first
+                         bytes, JPEG test, ``extract_jpeg_shape``, bomb guard, EXIF
+                         orientation, SOS count (no decode)
+  checks_batched         the same checks on batches of 64 (``Decoder.check_batch``:
+                         vector ops) between a batch and an unbatch
+  batch_unbatch          batch(64) + unbatch alone (what checks_batched adds)
+  decoder_batch_checked  ``decoder`` with its checks from ``check_batch`` (the stage
+                         ``decode.check_stage`` puts before the decode map)
+
+Candidates named ``*batch*`` transform the dataset (``STAGES``) instead of mapping.
 
 Full size (the 1,000-photo sample)::
 
@@ -67,6 +77,7 @@ def candidates(size):
     jpeg = lambda c: tf.io.decode_jpeg(c, channels=3)
     return {
         "identity": lambda c: tf.strings.length(c),
+        "checks": _per_file_checks(full),
         "decode_jpeg": lambda c: px(jpeg(c)),
         "decoder": lambda c: px(full.decode(c)[0]),
         "decoder_no_exif": lambda c: px(no_exif.decode(c)[0]),
@@ -78,10 +89,37 @@ def candidates(size):
     }
 
 
-def cpu_us_per_image(blobs, fn, epochs):
+def _per_file_checks(decoder):
+    def checks(c):
+        words = decode.header_words(c)
+
+        def jpeg():
+            h, w, _ = tf.unstack(tf.cast(tf.image.extract_jpeg_shape(c), tf.int64), num=3)
+            o = decode.exif_orientation(c, words)
+            return (h * w > decoder.max_pixels) | (o > 1), decode.scan_markers(c[None])[0]
+        return tf.cond(decode.is_jpeg(words), jpeg, lambda: (tf.constant(True), 0))
+    return checks
+
+
+def stages(size):
+    """Candidates that transform the dataset of bytes: name -> f(ds) -> ds."""
+    full = decode.Decoder(3, others_in_graph=False)
+    px = lambda img: img[0, 0]
+    return {
+        "batch_unbatch": lambda ds: ds.batch(decode.CHECK_BATCH).unbatch().map(tf.strings.length),
+        "checks_batched": lambda ds: decode.check_stage(ds.map(lambda c: (c,)), full, 0).map(
+            lambda c, k: k["settled"]),
+        "decoder_batch_checked": lambda ds: decode.check_stage(ds.map(lambda c: (c,)), full, 0
+                                                               ).map(
+            lambda c, k: px(full.decode(c, checked=k)[0])),
+    }
+
+
+def cpu_us_per_image(blobs, fn, epochs, stage=None):
     """CPU microseconds per image of one pass of ``epochs`` over ``blobs``."""
     with stack.single_device_functions(FLAGS.single_device):
-        ds = tf.data.Dataset.from_tensor_slices(blobs).repeat(epochs).map(fn).batch(32)
+        ds = tf.data.Dataset.from_tensor_slices(blobs).repeat(epochs)
+        ds = (stage(ds) if stage is not None else ds.map(fn)).batch(32)
     options = tf.data.Options()
     options.threading.private_threadpool_size = 1
     options.autotune.enabled = False
@@ -104,11 +142,15 @@ def main(argv):
     if not files:
         sys.exit(f"no JPEG files under {root}/<class>/")
     blobs = [open(p, "rb").read() for p in files]
-    cands = candidates((FLAGS.image_size, FLAGS.image_size))
-    runs = {name: [] for name in cands}
+    size = (FLAGS.image_size, FLAGS.image_size)
+    cands = candidates(size)
+    staged = stages(size)
+    runs = {name: [] for name in list(cands) + list(staged)}
     for _ in range(FLAGS.repeats):
         for name, fn in cands.items():
             runs[name].append(cpu_us_per_image(blobs, fn, FLAGS.epochs))
+        for name, stage in staged.items():
+            runs[name].append(cpu_us_per_image(blobs, None, FLAGS.epochs, stage))
     out = {"data_dir": sample.data_dir_label(root), "images": len(blobs), "epochs": FLAGS.epochs,
            "single_device": FLAGS.single_device,
            "repeats": FLAGS.repeats, "unit": "CPU microseconds per image, one thread",
