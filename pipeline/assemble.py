@@ -190,16 +190,18 @@ class Stages:
                             geo.interpolation, False)
         return Geometry(None, False, target, geo.interpolation, False)
 
-    def image(self, contents, geometry: Geometry, seed, with_shape: bool = False):
+    def image(self, contents, geometry: Geometry, seed, with_shape: bool = False,
+              checked=None):
         """Decode + resize + augment of one image: (uint8 image [image_size, channels] or
         [h, w, channels], reason, and with ``with_shape`` its displayed full-size
-        (height, width), int32 [2])."""
+        (height, width), int32 [2]). ``checked``: the file's ``Decoder.check_batch``
+        entries (the batched check stage), or None."""
         opts, aug, size, g = self.opts, self.opts.augment, self.opts.image_size, geometry
         decode_window = g.window if g.decode_window else None
         boxed = decode_window is not None and g.target is not None
         image, reason, *rest = self.decoder.decode(
             contents, window_fn=decode_window, target=g.target, with_box=boxed,
-            with_shape=with_shape)
+            with_shape=with_shape, checked=checked)
         if g.window is None:
             if size is not None:
                 image = transform.resize(image, size, opts.resize, g.interpolation,
@@ -301,9 +303,9 @@ class Stages:
         out.set_shape([])
         return out
 
-    def __call__(self, contents, seed):
+    def __call__(self, contents, seed, checked=None):
         """One image alone: (image, reason) (``image`` with this element's ``geometry``)."""
-        return self.image(contents, self.geometry(seed), seed)
+        return self.image(contents, self.geometry(seed), seed, checked=checked)
 
     def finish(self, image, seed=None, augment=True):
         """The stages after a whole decode: resize, then augment (for diagnosis)."""
@@ -704,7 +706,25 @@ class Graph:
         seeds = plan_lib.element_seeds(opts.seed, epoch_key) if self.stages.augment_here else \
             tf.data.Dataset.from_tensors(tf.zeros([2], tf.int64)).repeat()
         ds = guard.chunked(plan, sentinel, seeds, src.empty_key)
-        return (read.fetch_stage(ds, src.name) if self.fetch else ds), expected
+        ds = read.fetch_stage(ds, src.name) if self.fetch else ds
+        return (ds if self.pairs else self._checked(ds)), expected
+
+    def _read(self, pos, window, key, label, pre_error, contents, weight, seed):
+        """A file's bytes read into the element (before the batched checks)."""
+        data = tf.cond(tf.strings.length(pre_error) > 0, lambda: contents,
+                       lambda: tf.io.read_file(self.src.name(key)))
+        return pos, window, key, label, pre_error, data, weight, seed
+
+    def _checked(self, ds):
+        """The header, sniff, bomb-guard and EXIF checks of whole batches of files
+        (``decode.check_stage``); files read first where the plan holds paths. A failed
+        read drops its element: the guard names the gap (its rare path)."""
+        if not (self.src.records or self.fetch):
+            ds = ds.map(graph_fn(self._read), num_parallel_calls=self.opts.parallelism,
+                        deterministic=True).ignore_errors()
+        g = self.stages.geometry(tf.zeros([2], tf.int64))
+        return decode_lib.check_stage(ds, self.decoder, 5,
+                                      g.target if g.window is None else None)
 
     def map_step(self) -> plan_lib.Map:
         """The per-element work, one parallel map. Order is kept in the map (the gap
@@ -720,10 +740,8 @@ class Graph:
         # what resizing the 1x1 placeholder gives, in one op (an element the guard drops)
         return tf.zeros(list(opts.image_size) + [opts.channels], tf.uint8), pre_error
 
-    def _load(self, key, contents, seed):
-        src = self.src
-        data = contents if src.records or self.fetch else tf.io.read_file(src.name(key))
-        return self.stages(data, seed)
+    def _load(self, contents, seed, checked):
+        return self.stages(contents, seed, checked)
 
     def _load_pair(self, key, label, contents, seed):
         src = self.src
@@ -737,8 +755,9 @@ class Graph:
         image, reason = self._placeholder(pre_error)
         return image, tf.zeros(tf.concat([tf.shape(image)[:2], [1]], 0), tf.uint8), reason
 
-    def element(self, pos, window, key, label, pre_error, contents, weight, seed):
-        """One planned element -> (image, label or mask, weight, key, pos, window, reason)."""
+    def element(self, pos, window, key, label, pre_error, contents, weight, seed, checked=None):
+        """One planned element (its file read and checked, ``_checked``; pairs: not yet
+        read) -> (image, label or mask, weight, key, pos, window, reason)."""
         opts, bad = self.opts, tf.strings.length(pre_error) > 0
         if self.pairs:
             image, mask, reason = tf.cond(
@@ -747,7 +766,7 @@ class Graph:
             mask.set_shape(list(opts.image_size or (None, None)) + [1])
         else:
             image, reason = tf.cond(bad, lambda: self._placeholder(pre_error),
-                                    lambda: self._load(key, contents, seed))
+                                    lambda: self._load(contents, seed, checked))
         if opts.image_size is not None:
             image.set_shape(list(opts.image_size) + [opts.channels])
         else:
