@@ -87,7 +87,10 @@ def keyed_epoch(build: Callable[[tf.Tensor], tf.data.Dataset]) -> Callable[[tf.T
     seed to 0 in Python and raises ``OperatorNotAllowedInGraphError``. The
     epoch's function graph is given no graph-level seed while it is built, so
     its orders are a function of the key alone (the key stream itself still
-    follows ``tf.random.set_seed``).
+    follows ``tf.random.set_seed``). Scoped: only the graph ``flat_map`` traces
+    this function in (``tf.compat.v1.get_default_graph()`` there), its seed
+    restored on the way out; nothing public scopes a seed more narrowly
+    (``tf.random.set_seed`` is process-wide and resets the op-seed counter).
     """
     def fn(key):
         graph = tf.compat.v1.get_default_graph()
