@@ -39,6 +39,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import tensorflow as tf
 from absl import logging
 
+from pipeline import stack
+
 AFTER_CACHE_BUFFER = 1024
 # Up to this many rows, a shuffle buffer holds every row (an exact uniform
 # permutation, filled in ~30 ms); beyond, the keyed permutation avoids filling
@@ -346,10 +348,12 @@ def order(elements: Callable, *, seed: Optional[int] = None, keyed: bool = False
     if service is not None or not (keyed or random_above_cache):
         ds = above(*below(None), None)
     elif cache is None:  # the whole epoch built from its key
-        ds = epoch_keys(seed).flat_map(graph_fn(keyed_epoch(lambda key: above(*below(key), key))))
+        ds = stack.flat_map_on_its_device(epoch_keys(seed), graph_fn(keyed_epoch(
+            lambda key: above(*below(key), key))))
     else:  # the cache built once; what is above it from each epoch's key
         cached, n = below(None)
-        ds = epoch_keys(seed).flat_map(graph_fn(keyed_epoch(lambda key: above(cached, n, key))))
+        ds = stack.flat_map_on_its_device(epoch_keys(seed), graph_fn(keyed_epoch(
+            lambda key: above(cached, n, key))))
     if known_length and service is None:
         ds = _assert_length(ds, lengths[0], batch_size, drop_remainder)
     ds = ds.with_options(options) if options is not None else ds
@@ -362,8 +366,7 @@ def order(elements: Callable, *, seed: Optional[int] = None, keyed: bool = False
 def _map(ds, step: Optional[Map]):
     if step is None:
         return ds
-    return ds.map(graph_fn(step.fn), num_parallel_calls=step.parallelism,
-                  deterministic=step.deterministic)
+    return stack.map_on_its_device(ds, graph_fn(step.fn), step.parallelism, step.deterministic)
 
 
 def _cache(ds, cache):

@@ -40,19 +40,127 @@ from pipeline import checks  # noqa: E402  pylint: disable=wrong-import-position
 __all__ = ["TfioStatus", "tfio_status", "core_webp", "doctor", "format_doctor",
            "needs_tfio_message", "tfio_module", "cpu_count", "TFIO_STACK_HINT", "TFIO_EXTRA", "CppLogStatus",
            "quiet_cpp_logs", "cpp_log_status", "single_device_functions",
-           "traced_once"]
+           "INTS_ON_DEVICE", "map_on_its_device", "flat_map_on_its_device", "traced_once"]
+
+# The function attribute that makes tf.data instantiate a function on its one device (the one
+# tf.data.experimental.prefetch_to_device and MultiDeviceIterator give their own functions).
+INTS_ON_DEVICE = "experimental_ints_on_device"
+
+
+def map_on_its_device(ds: tf.data.Dataset, fn, num_parallel_calls: Optional[int] = None,
+                      deterministic: Optional[bool] = None) -> tf.data.Dataset:
+    """``ds.map(fn, num_parallel_calls, deterministic)``, ``fn`` instantiated on the one device
+    it runs on instead of by the multi-device function runtime.
+
+    ``tf.data`` instantiates a dataset's functions each time an iterator is made (every epoch
+    under Keras ``fit``); ``Dataset.map``'s go through the multi-device runtime, which runs
+    Grappler over the function (about 0.1 ms per graph node). A function carrying
+    ``experimental_ints_on_device`` is instantiated on its device directly; the pipeline's
+    maps run on the CPU, where integers live on the host anyway. Built from public API only:
+    ``fn`` traced as a ``tf.function`` with that attribute (``experimental_attributes``), the
+    map made with ``tf.raw_ops.MapDataset`` / ``ParallelMapDatasetV2`` over
+    ``tf.data.experimental.to_variant(ds)``, wrapped by ``from_variant``. Datasets built
+    elsewhere are untouched.
+
+    Falls back to ``ds.map`` (TensorFlow's default runtime) when an element or a result is
+    not a plain tensor (a ragged or sparse one, say), or when ``fn`` returns an int32:
+    TensorFlow 2.16-2.21 cannot run such a marked function beside another output ("Expected
+    only one fetch node" at ``iter()`` with autotuning's ``inject_prefetch``).
+
+    Args:
+        ds: the input ``tf.data.Dataset``.
+        fn: the map function, called as ``Dataset.map`` calls it (a tuple element unpacked).
+        num_parallel_calls: int, ``tf.data.AUTOTUNE`` or None (one call at a time).
+        deterministic: bool or None (the dataset's ``Options`` decide), as ``Dataset.map``.
+
+    Returns:
+        The mapped ``tf.data.Dataset``, with ``fn``'s output structure.
+    """
+    plain = lambda: ds.map(fn, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
+    out = {}
+
+    def result(res):
+        out["structure"] = tuple(res) if isinstance(res, list) else res
+        flat = tf.nest.flatten(out["structure"])
+        out["plain"] = not all(isinstance(t, (tf.Tensor, int, float, bool, bytes, str))
+                               for t in flat)
+        return [] if out["plain"] else [tf.convert_to_tensor(t) for t in flat]
+
+    traced = _traced_on_device(ds, fn, result, "map")
+    if traced is None or out["plain"] or any(t.dtype == tf.int32 for t in traced.outputs):
+        return plain()
+    specs = [tf.TensorSpec(t.shape, t.dtype) for t in traced.outputs]
+    common = dict(input_dataset=tf.data.experimental.to_variant(ds),
+                  other_arguments=traced.captured_inputs, f=traced,
+                  output_types=[s.dtype for s in specs], output_shapes=[s.shape for s in specs],
+                  preserve_cardinality=True)
+    if num_parallel_calls is None:
+        variant = tf.raw_ops.MapDataset(**common)
+    else:
+        variant = tf.raw_ops.ParallelMapDatasetV2(
+            num_parallel_calls=tf.constant(num_parallel_calls, tf.int64),
+            deterministic={None: "default", True: "true", False: "false"}[deterministic],
+            **common)
+    return tf.data.experimental.from_variant(
+        variant, tf.nest.pack_sequence_as(out["structure"], specs))
+
+
+def flat_map_on_its_device(ds: tf.data.Dataset, fn) -> tf.data.Dataset:
+    """``ds.flat_map(fn)``, ``fn`` instantiated on its one device (see
+    :func:`map_on_its_device`; ``tf.raw_ops.FlatMapDataset``). A keyed epoch's function
+    holds the whole epoch's dataset graph, instantiated at every ``iter()``.
+
+    Args:
+        ds: the input ``tf.data.Dataset``.
+        fn: element -> ``tf.data.Dataset``, called as ``Dataset.flat_map`` calls it.
+
+    Returns:
+        The flattened ``tf.data.Dataset`` (``ds.flat_map(fn)`` where an element or the
+        returned dataset's elements are not plain tensors).
+    """
+    out = {}
+
+    def result(inner):
+        out["spec"] = inner.element_spec
+        return tf.data.experimental.to_variant(inner)
+
+    traced = _traced_on_device(ds, fn, result, "flat_map")
+    flat = tf.nest.flatten(out.get("spec"))
+    if traced is None or not flat or any(type(s) is not tf.TensorSpec for s in flat):
+        return ds.flat_map(fn)
+    variant = tf.raw_ops.FlatMapDataset(
+        input_dataset=tf.data.experimental.to_variant(ds),
+        other_arguments=traced.captured_inputs, f=traced,
+        output_types=[s.dtype for s in flat], output_shapes=[s.shape for s in flat])
+    return tf.data.experimental.from_variant(variant, out["spec"])
+
+
+def _traced_on_device(ds, fn, result, kind):
+    """``fn`` over ``ds``'s elements as a ConcreteFunction marked ``INTS_ON_DEVICE``, its
+    return value passed through ``result`` (-> flat list of tensors); None when an
+    element is not made of plain tensors."""
+    spec = ds.element_spec
+    flat_in = tf.nest.flatten(spec)
+    if not flat_in or any(type(s) is not tf.TensorSpec for s in flat_in):
+        return None
+
+    def body(*args):
+        el = tf.nest.pack_sequence_as(spec, list(args))
+        return result(fn(*el) if isinstance(el, tuple) else fn(el))
+    name = re.sub(r"\W", "", getattr(fn, "__name__", "fn"))
+    body.__name__ = f"pipeline_{kind}_{name}"
+    return tf.function(body, input_signature=flat_in, autograph=False,
+                       experimental_attributes={INTS_ON_DEVICE: True}).get_concrete_function()
+
 
 @contextlib.contextmanager
 def single_device_functions(enabled: bool = True):
     """No effect: kept while call sites still name it (they will be removed).
 
-    It used to mark the ``tf.data`` functions traced inside it with
-    ``experimental_ints_on_device`` by wrapping TensorFlow's private
-    ``StructuredFunctionWrapper`` for the whole process. TensorFlow offers no public switch
-    for the function runtime a ``Dataset.map`` uses, so every dataset now keeps
-    TensorFlow's default (the multi-device runtime): ``iter(ds)`` of a 1,000-file
-    ``from_directory`` takes about 0.4 s more (Grappler over each function), the
-    per-image cost stays within the noise of a shared machine (docs/benchmarks.md).
+    It used to mark every ``tf.data`` function traced inside it with ``INTS_ON_DEVICE`` by
+    wrapping TensorFlow's private ``StructuredFunctionWrapper`` for the whole process. The
+    package's per-element maps (``plan``) use :func:`map_on_its_device` instead; its other
+    functions (the guard's scans, the output structure's map) keep TensorFlow's default.
 
     Args:
         enabled: bool, ignored.

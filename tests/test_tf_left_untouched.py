@@ -1,10 +1,12 @@
 """Building the package's datasets leaves TensorFlow as it found it.
 
-No TensorFlow class or function is wrapped or replaced for the process: every ``tf.data``
-function of a pipeline dataset, and of a user's own, is traced and instantiated as
-TensorFlow does by default (no function carries ``experimental_ints_on_device``), and
-``pipeline.stack.single_device_functions`` changes nothing. The datasets iterate with
-autotuning on in every label mode (the case the old marking broke).
+No TensorFlow class or function is wrapped or replaced: a user's own ``Dataset.map`` is
+traced and instantiated as TensorFlow does by default. The package's per-element map and
+its keyed epoch's ``flat_map`` are built with public API (``stack.map_on_its_device``,
+``stack.flat_map_on_its_device``: a ``tf.function`` carrying ``experimental_ints_on_device``
+under ``tf.raw_ops`` dataset ops) so tf.data instantiates them on their one device; they give
+the same elements as ``Dataset.map`` / ``flat_map``, and fall back to them where TensorFlow
+cannot run such a function (an int32 result) or an element is not plain tensors.
 """
 
 import numpy as np
@@ -53,15 +55,63 @@ def _dataset_functions(marks):
     return {k: v for k, v in marks.items() if k.startswith("__inference_Dataset_")}
 
 
-def test_no_pipeline_function_carries_a_runtime_mark(tmp_path):
+def test_the_element_map_and_the_keyed_epoch_carry_the_mark(tmp_path):
     root = write_class_folders(tmp_path / "photos", classes=("a", "b"), per_class=3)
-    ds = pipeline.from_directory(str(root), image_size=(16, 16), batch_size=2, shuffle=False)
+    ds = pipeline.from_directory(str(root), image_size=(16, 16), batch_size=2, seed=1)
     marks = _marked(ds)
-    kinds = {name.split("_Dataset_")[1].rsplit("_", 1)[0] for name in _dataset_functions(marks)}
-    assert {"map_element", "scan_check", "map_structure"} <= kinds, kinds
-    assert not any(marks.values()), marks
+    kinds = {}
+    for name, marked in marks.items():
+        if name.startswith(("__inference_Dataset_", "__inference_pipeline_")):
+            kind = name[len("__inference_"):].rsplit("_", 1)[0]
+            kinds.setdefault(kind, set()).add(marked)
+    assert kinds["pipeline_map_element"] == {True}, kinds
+    assert kinds["pipeline_flat_map_fn"] == {True}, kinds
+    # built by Dataset.scan / Dataset.map elsewhere: TensorFlow's default runtime
+    assert kinds["Dataset_scan_check"] == {False} and kinds["Dataset_map_structure"] == {False}
     x, y = next(iter(ds))
     assert x.dtype == tf.uint8 and y.dtype == tf.int32 and x.shape == (2, 16, 16, 3)
+
+
+def test_map_on_its_device_gives_what_dataset_map_gives():
+    table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        tf.constant([0, 1], tf.int64), tf.constant([b"a", b"b"])), b"?")
+    ds = tf.data.Dataset.range(6).map(lambda x: (x, tf.strings.as_string(x)))
+
+    def fn(x, s):
+        return {"twice": x * 2, "name": table.lookup(x % 3), "s": s}
+
+    for calls, det in ((None, None), (2, True), (tf.data.AUTOTUNE, False)):
+        mine = stack.map_on_its_device(ds, fn, calls, det)
+        assert any(_marked(mine).values())
+        assert mine.element_spec == ds.map(fn).element_spec
+        got = sorted(list(mine.as_numpy_iterator()), key=lambda d: d["twice"])
+        want = list(ds.map(fn).as_numpy_iterator())
+        assert [(d["twice"], d["name"], d["s"]) for d in got] == [
+            (d["twice"], d["name"], d["s"]) for d in want] == [
+            (0, b"a", b"0"), (2, b"b", b"1"), (4, b"?", b"2"), (6, b"a", b"3"),
+            (8, b"b", b"4"), (10, b"?", b"5")]
+        assert int(mine.cardinality()) == 6
+
+
+def test_map_on_its_device_falls_back_to_dataset_map():
+    """An int32 result (TensorFlow cannot run it marked) or a ragged element: Dataset.map."""
+    ints = stack.map_on_its_device(tf.data.Dataset.range(3), lambda x: (tf.cast(x, tf.int32), x))
+    ragged = tf.data.Dataset.from_tensor_slices(tf.ragged.constant([[1], [2, 3]]))
+    rag = stack.map_on_its_device(ragged, lambda r: r * 2)
+    for d in (ints, rag):
+        assert not any(_marked(d).values())
+    assert [(int(a), int(b)) for a, b in ints.as_numpy_iterator()] == [(0, 0), (1, 1), (2, 2)]
+    assert [r.tolist() for r in rag.as_numpy_iterator()] == [[2], [4, 6]]
+
+
+def test_flat_map_on_its_device_gives_what_flat_map_gives():
+    ds = tf.data.Dataset.range(3)
+    fn = lambda x: tf.data.Dataset.range(x).map(lambda y: (y, x))
+    mine = stack.flat_map_on_its_device(ds, fn)
+    assert any(_marked(mine).values())
+    assert mine.element_spec == ds.flat_map(fn).element_spec
+    assert list(mine.as_numpy_iterator()) == list(ds.flat_map(fn).as_numpy_iterator()) == [
+        (0, 1), (0, 2), (1, 2)]
 
 
 def test_dataset_map_is_the_same_object_after_a_pipeline_is_built(tmp_path):
@@ -70,6 +120,8 @@ def test_dataset_map_is_the_same_object_after_a_pipeline_is_built(tmp_path):
     with stack.single_device_functions():
         pipeline.from_directory(str(root), image_size=(16, 16), batch_size=2)
     assert (tf.data.Dataset.map, tf.data.Dataset.scan, tf.data.Dataset.filter) == before
+    mine = tf.data.Dataset.range(2).map(lambda x: x + 1)
+    assert not any(_marked(mine).values())
     assert not hasattr(stack, "SINGLE_DEVICE_FUNCTIONS")
 
 
