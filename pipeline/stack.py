@@ -1,4 +1,8 @@
-"""What the installed stack can do: TensorFlow, Keras, tensorflow-io, decoders, filesystems.
+"""What the installed stack can do: TensorFlow, Keras, tensorflow-io, decoders, filesystems;
+and the TensorFlow mechanics the package builds on: the C++ log level, maps instantiated on
+their device (``map_on_its_device``), bodies traced once (``traced_once``). Public
+TensorFlow API only; tensorflow-io (the optional ``[tfio]`` extra) is imported only by
+:func:`tfio_status` and :func:`tfio_module`.
 
 Standalone: imports only TensorFlow, absl, the standard library and the two base modules
 ``pipeline.checks`` and ``pipeline.native_stderr`` (which import no other ``pipeline``
