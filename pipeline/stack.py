@@ -19,7 +19,6 @@ op then raises ``NotImplementedError: unable to open file: libtensorflow_io.so``
     >>> print(stack.format_doctor())
 """
 
-import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -43,7 +42,7 @@ from pipeline import checks  # noqa: E402  pylint: disable=wrong-import-position
 
 __all__ = ["TfioStatus", "tfio_status", "core_webp", "doctor", "format_doctor",
            "needs_tfio_message", "tfio_module", "cpu_count", "TFIO_STACK_HINT", "TFIO_EXTRA", "CppLogStatus",
-           "quiet_cpp_logs", "cpp_log_status", "single_device_functions",
+           "quiet_cpp_logs", "cpp_log_status",
            "INTS_ON_DEVICE", "map_on_its_device", "flat_map_on_its_device", "traced_once"]
 
 # The function attribute that makes tf.data instantiate a function on its one device (the one
@@ -155,25 +154,6 @@ def _traced_on_device(ds, fn, result, kind):
     body.__name__ = f"pipeline_{kind}_{name}"
     return tf.function(body, input_signature=flat_in, autograph=False,
                        experimental_attributes={INTS_ON_DEVICE: True}).get_concrete_function()
-
-
-@contextlib.contextmanager
-def single_device_functions(enabled: bool = True):
-    """No effect: kept while call sites still name it (they will be removed).
-
-    It used to mark every ``tf.data`` function traced inside it with ``INTS_ON_DEVICE`` by
-    wrapping TensorFlow's private ``StructuredFunctionWrapper`` for the whole process. The
-    package's per-element maps (``plan``) use :func:`map_on_its_device` instead; its other
-    functions (the guard's scans, the output structure's map) keep TensorFlow's default.
-
-    Args:
-        enabled: bool, ignored.
-
-    Yields:
-        None. Raises nothing; usable as a decorator.
-    """
-    del enabled
-    yield
 
 
 def traced_once(*input_signature: tf.TensorSpec):

@@ -117,8 +117,7 @@ def test_flat_map_on_its_device_gives_what_flat_map_gives():
 def test_dataset_map_is_the_same_object_after_a_pipeline_is_built(tmp_path):
     root = write_class_folders(tmp_path / "photos", classes=("a",), per_class=2)
     before = (tf.data.Dataset.map, tf.data.Dataset.scan, tf.data.Dataset.filter)
-    with stack.single_device_functions():
-        pipeline.from_directory(str(root), image_size=(16, 16), batch_size=2)
+    pipeline.from_directory(str(root), image_size=(16, 16), batch_size=2)
     assert (tf.data.Dataset.map, tf.data.Dataset.scan, tf.data.Dataset.filter) == before
     mine = tf.data.Dataset.range(2).map(lambda x: x + 1)
     assert not any(_marked(mine).values())
