@@ -54,7 +54,7 @@ from common_flags import FLAGS, data_dir as _data_dir
 
 import tensorflow as tf  # noqa: E402
 
-from pipeline import decode, sample, stack, transform  # noqa: E402
+from pipeline import decode, sample, transform  # noqa: E402
 
 common_flags.define(data_dir="Class-folder photo root.",
                     num_images=(0, "Use only the first N JPEG photos; 0 = all."),
@@ -62,9 +62,6 @@ common_flags.define(data_dir="Class-folder photo root.",
                     epochs=(2, "Epochs per timed pass."),
                     repeats=(3, "Alternating rounds over all candidates."),
                     json_out=(None, "Write the figures as JSON here."))
-flags.DEFINE_bool("single_device", True, "Instantiate the map functions on their one device, "
-                  "as the pipeline does (pipeline.stack.single_device_functions); "
-                  "--nosingle_device: TensorFlow's default multi-device runtime.")
 
 
 def candidates(size):
@@ -117,9 +114,8 @@ def stages(size):
 
 def cpu_us_per_image(blobs, fn, epochs, stage=None):
     """CPU microseconds per image of one pass of ``epochs`` over ``blobs``."""
-    with stack.single_device_functions(FLAGS.single_device):
-        ds = tf.data.Dataset.from_tensor_slices(blobs).repeat(epochs)
-        ds = (stage(ds) if stage is not None else ds.map(fn)).batch(32)
+    ds = tf.data.Dataset.from_tensor_slices(blobs).repeat(epochs)
+    ds = (stage(ds) if stage is not None else ds.map(fn)).batch(32)
     options = tf.data.Options()
     options.threading.private_threadpool_size = 1
     options.autotune.enabled = False
@@ -152,14 +148,12 @@ def main(argv):
         for name, stage in staged.items():
             runs[name].append(cpu_us_per_image(blobs, None, FLAGS.epochs, stage))
     out = {"data_dir": sample.data_dir_label(root), "images": len(blobs), "epochs": FLAGS.epochs,
-           "single_device": FLAGS.single_device,
            "repeats": FLAGS.repeats, "unit": "CPU microseconds per image, one thread",
            "candidates": {n: {"min": min(v), "median": statistics.median(v), "max": max(v),
                               "runs": v} for n, v in runs.items()}}
     floor = out["candidates"]["decode_jpeg"]["min"]
     print(f"{len(blobs)} JPEGs from {root}; CPU us per image, one thread (min / median / max "
-          f"of {FLAGS.repeats} rounds; functions "
-          f"{'on their one device' if FLAGS.single_device else 'multi-device'})")
+          f"of {FLAGS.repeats} rounds)")
     for name, r in out["candidates"].items():
         print(f"  {name:26s} {r['min']:8.0f} {r['median']:8.0f} {r['max']:8.0f}   "
               f"{r['min'] / floor:5.2f}x decode_jpeg")

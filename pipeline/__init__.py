@@ -18,10 +18,11 @@ import importlib as _importlib
 from pipeline import native_stderr as _native_stderr
 
 # TensorFlow's C++ warnings (e.g. "Local rendezvous is aborting ... OUT_OF_RANGE"
-# at each epoch's end) are hidden unless the user chose a level: set here,
-# before TensorFlow loads, or afterwards where TensorFlow allows (pipeline.stack,
-# which settles it when it first loads).
-_native_stderr.set_cpp_log_level(2)
+# at each epoch's end) are hidden unless the user chose a level: while pipeline
+# imports TensorFlow (native_stderr.import_tensorflow), or afterwards where
+# TensorFlow allows (pipeline.stack). Importing pipeline changes no environment
+# variable; it records the user's level and whether TensorFlow came first.
+_native_stderr.record_cpp_log_state()
 if _native_stderr.cpp_log_state()[1]:
     # TensorFlow is loaded already: set its level now (or say at once why it cannot be).
     from pipeline import stack as _stack  # noqa: E402,F401

@@ -529,7 +529,6 @@ def _file_plan(idx: index_lib.Index, opts, label_spec, epoch_key=None, shares=No
     return rows.map(graph_fn(element)), expected
 
 
-@stack.single_device_functions()
 def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] = None,
           subset_name: str = "") -> tf.data.Dataset:
     """Builds the dataset for one Index (one subset) or one set of TFRecord shards.
@@ -773,8 +772,8 @@ class Graph:
             image.set_shape([None, None, opts.channels])
         if self.pairs:
             return image, mask, weight, key, pos, window, reason
-        # int labels stay int64 until ``structure``: a function returning an int32 it
-        # computed is left to TensorFlow's slower runtime (stack.single_device_functions)
+        # int labels stay int64 until ``structure``: a map returning an int32 it computed
+        # cannot run on its one device (``stack.map_on_its_device``)
         y = encode_label(label, opts.label_mode, self.num_classes) if (
             self.has_labels and opts.label_mode != "int") else label
         return image, y, weight, key, pos, window, reason
@@ -802,10 +801,7 @@ class Graph:
 
     def finish(self, ds, with_dtype):
         """The output structure (and, ``with_dtype``, the dtype)."""
-        int_labels = self.has_labels and self.opts.label_mode == "int"
-        # (its int32 label would be traced twice: marked, then unmarked)
-        with stack.single_device_functions(not int_labels):
-            return ds.map(graph_fn(functools.partial(self._structure, with_dtype)))
+        return ds.map(graph_fn(functools.partial(self._structure, with_dtype)))
 
     def _structure(self, with_dtype, image, y, weight, key):
         opts = self.opts
@@ -850,8 +846,7 @@ class Graph:
 
     def service(self, ds):
         from pipeline import distribute  # pylint: disable=import-outside-toplevel
-        with stack.single_device_functions(False):  # the service's own functions as TF makes them
-            return ds.apply(distribute.service_transformation(self.opts))
+        return ds.apply(distribute.service_transformation(self.opts))
 
     def attach(self, ds) -> tf.data.Dataset:
         """``ds`` with ``class_names``, ``file_paths``, ``cache_estimate_bytes`` and

@@ -32,9 +32,7 @@ BITMAPV4HEADER, BITMAPV5HEADER, "Bitmap Compression"), the bmpsuite test corpus
 by Jason Summers, and Pillow's ``BmpImagePlugin``, which is the reference the
 tests compare with.
 
-This module is standalone: it imports only TensorFlow (plus TensorFlow's own
-``tensorflow.python.ops.cond_v2`` for the unlowered Case, falling back to
-``tf.switch_case`` if that is ever missing).
+This module is standalone: it imports only TensorFlow's public API.
 """
 
 import tensorflow as tf
@@ -81,18 +79,7 @@ def describe_problem(contents: bytes):
     if n < 18:
         return f"truncated BMP header ({n} bytes; the smallest BMP header is 26)"
     head = contents[:_HEAD] + bytes(max(0, _HEAD - n))
-
-    def u32(o):
-        return int.from_bytes(head[o:o + 4], "little")
-
-    def s32(o):
-        v = u32(o)
-        return v - 2 ** 32 if v >= 2 ** 31 else v
-
-    def u16(o):
-        return int.from_bytes(head[o:o + 2], "little")
-
-    hs = u32(14)
+    hs = _u32_at(head, 14)
     if hs not in _HEADER_SIZES:
         return (f"unsupported or corrupt BMP info header size ({hs} bytes; known: "
                 f"{', '.join(map(str, _HEADER_SIZES))})")
@@ -100,16 +87,15 @@ def describe_problem(contents: bytes):
     if n < need:
         return f"truncated BMP header ({n} bytes; the header needs {need})"
     core = hs == 12
-    width = u16(18) if core else s32(18)
-    height = u16(20) if core else s32(22)
+    width = _u16_at(head, 18) if core else _s32_at(head, 18)
+    height = _u16_at(head, 20) if core else _s32_at(head, 22)
     if width < 0:
         return f"negative width ({width}) in the BMP header"
     if width == 0 or height == 0:
         return f"zero {'width' if width == 0 else 'height'} in the BMP header ({width}x{height})"
     height = abs(height)  # negative: a top-down BMP
-    bits = u16(24) if core else u16(28)
-    comp = 0 if core else u32(30)
-    colors = 0 if core else u32(46)
+    bits = _u16_at(head, 24) if core else _u16_at(head, 28)
+    comp = 0 if core else _u32_at(head, 30)
     is_bf, is_abf = comp == _BI_BITFIELDS, comp == _BI_ALPHABITFIELDS
     mask_extra = ((12 if is_bf else 16 if is_abf else 0) if hs == 40 else
                   4 if hs == 52 and is_abf else 0)
@@ -117,6 +103,26 @@ def describe_problem(contents: bytes):
     if n < header_end:
         return (f"truncated BMP header ({n} bytes; the header and its colour masks need "
                 f"{header_end})")
+    return (_variant_problem(head, hs, bits, comp)
+            or _layout_problem(head, n, hs, header_end, width, height, bits, comp))
+
+
+def _u32_at(head, o):
+    return int.from_bytes(head[o:o + 4], "little")
+
+
+def _s32_at(head, o):
+    v = _u32_at(head, o)
+    return v - 2 ** 32 if v >= 2 ** 31 else v
+
+
+def _u16_at(head, o):
+    return int.from_bytes(head[o:o + 2], "little")
+
+
+def _variant_problem(head, hs, bits, comp):
+    """``describe_problem``'s bit depth, compression and colour-mask checks."""
+    is_bf, is_abf = comp == _BI_BITFIELDS, comp == _BI_ALPHABITFIELDS
     if bits not in (1, 2, 4, 8, 16, 24, 32):
         return f"unsupported BMP variant ({bits} bits per pixel)"
     direct = bits >= 16 and hs != 64
@@ -125,13 +131,21 @@ def describe_problem(contents: bytes):
         name = _COMPRESSIONS.get(comp, f"code {comp}")
         return f"unsupported BMP variant (compression {name} with {bits} bits per pixel)"
     if (is_bf or is_abf) and bits >= 16:
-        masks = [u32(54), u32(58), u32(62)] + ([u32(66)] if is_abf or hs >= 56 else [])
+        masks = [_u32_at(head, o) for o in (54, 58, 62)] + (
+            [_u32_at(head, 66)] if is_abf or hs >= 56 else [])
         if any(masks):
             for m in masks:
                 low = m & -m
                 if m and (((m // low) & (m // low + 1)) or m >> bits):
                     return (f"unsupported BMP variant (BITFIELDS colour mask {m:#x} is not "
                             f"contiguous or is wider than {bits} bits)")
+    return None
+
+
+def _layout_problem(head, n, hs, header_end, width, height, bits, comp):
+    """``describe_problem``'s palette, pixel-offset, data-size and size checks."""
+    core = hs == 12
+    colors = 0 if core else _u32_at(head, 46)
     paletted = bits <= 8
     entry = 3 if core else 4
     full = 1 << bits if paletted else 0
@@ -142,7 +156,7 @@ def describe_problem(contents: bytes):
         if colors > 65536 or pal_end > n:
             return (f"bad or truncated BMP colour palette ({colors} colours; the palette "
                     f"ends at byte {pal_end}, the file has {n})")
-    off = u32(10)
+    off = _u32_at(head, 10)
     off = header_end + pal_bytes if off == 0 else off
     off = off + pal_bytes if off == 14 + hs and paletted else off
     if off > n:
@@ -435,15 +449,74 @@ def unlowered_case(index, branches):
     some µs), where a lowered Case makes the executor visit every op of every
     branch. Inside a lowered ``tf.cond`` branch that is not taken, the whole
     Case is one dead node: its branches cost nothing. Eagerly, it calls the
-    chosen branch."""
+    chosen branch.
+
+    Built with public ops only: each branch is traced as a ``tf.function`` (its
+    ``ConcreteFunction``), and ``tf.raw_ops.StatelessCase`` (``Case`` when a branch
+    holds a stateful op) calls the chosen one (a raw Case carries no
+    ``_lower_using_switch_merge``, so TensorFlow keeps it a call). Every
+    branch of a Case takes the same inputs: the outer tensors any branch captures
+    (``captured_inputs``), in one order; a branch that captured fewer or others is
+    traced again, touching that list first (``tf.identity``, pruned when the function
+    is instantiated), so it captures exactly it.
+
+    Args:
+        index: int32 scalar tensor, the branch to run (0 <= index < len(branches);
+            out of range runs the last, as ``tf.switch_case`` does).
+        branches: list of zero-argument callables returning tensors, all with one
+            structure and the same dtypes.
+
+    Returns:
+        The chosen branch's output, in the branches' structure; static shapes are
+        the most specific shapes every branch's output has.
+
+    Raises:
+        ValueError: the branches return different structures or dtypes.
+    """
     if tf.executing_eagerly():
         return branches[int(index)]()
-    try:
-        from tensorflow.python.ops import cond_v2  # pylint: disable=import-outside-toplevel
+    traced = [_trace_branch(b, ()) for b in branches]
+    inputs, seen = [], set()
+    for fn in traced:
+        for t in fn.captured_inputs:
+            if t.ref() not in seen:
+                seen.add(t.ref())
+                inputs.append(t)
+    refs = [t.ref() for t in inputs]
+    for i, fn in enumerate(traced):
+        if [t.ref() for t in fn.captured_inputs] != refs:
+            traced[i] = _trace_branch(branches[i], inputs)
+            if [t.ref() for t in traced[i].captured_inputs] != refs:
+                raise ValueError(f"unlowered_case: branch {i} captures {len(traced[i].captured_inputs)} "
+                                 f"tensors where the Case passes {len(inputs)}")
+    structure = traced[0].structured_outputs
+    flat = [tf.nest.flatten(fn.structured_outputs) for fn in traced]
+    for i, fn in enumerate(traced[1:], 1):
+        tf.nest.assert_same_structure(structure, fn.structured_outputs)
+        if [t.dtype for t in flat[i]] != [t.dtype for t in flat[0]]:
+            raise ValueError(f"unlowered_case: branch {i} returns dtypes "
+                             f"{[t.dtype.name for t in flat[i]]}, branch 0 "
+                             f"{[t.dtype.name for t in flat[0]]}")
+    shapes = [t.shape for t in flat[0]]
+    for outs in flat[1:]:
+        shapes = [s.most_specific_compatible_shape(t.shape) for s, t in zip(shapes, outs)]
+    stateful = any(op.op_def.is_stateful for fn in traced for op in fn.graph.get_operations())
+    case = tf.raw_ops.Case if stateful else tf.raw_ops.StatelessCase
+    outs = case(branch_index=tf.cast(index, tf.int32), input=inputs,
+                Tout=[t.dtype for t in flat[0]], branches=traced, output_shapes=shapes)
+    for t, shape in zip(outs, shapes):
+        t.set_shape(shape)
+    return tf.nest.pack_sequence_as(structure, list(outs))
 
-        return cond_v2.indexed_case(index, branches, lower_using_switch_merge=False)
-    except (ImportError, AttributeError, TypeError):  # pragma: no cover - other TF versions
-        return tf.switch_case(index, branches)
+
+def _trace_branch(branch, capture_first):
+    """``branch`` traced as a zero-argument tf.function (a ConcreteFunction) that
+    captures ``capture_first`` first, in that order."""
+    def body():
+        for t in capture_first:
+            tf.identity(t)
+        return branch()
+    return tf.function(body, autograph=False).get_concrete_function()
 
 
 def _rows(h):
@@ -639,14 +712,9 @@ def _rle_codes(dp, at, rle4):
     return c, b, dx, dy, enc, eol, eob, delta, absolute, need, size
 
 
-def _rle_runs_vectorised(dp, length, width, total, rle4):
-    """Runs of an RLE stream without a per-code loop.
-
-    Returns (runs [k, 4] int32: start pixel, length, kind 0 encoded / 1 absolute,
-    value or source byte; status: 0 data ended, 1 end of bitmap, 2 truncated,
-    3 past the image; position after the last code read; ok). ``ok`` is False
-    when an encoded run would overflow its row: the caller then uses the loop.
-    """
+def _rle_code_offsets(dp, length, rle4):
+    """Byte offsets (int32 [k]) of the RLE codes reachable from the first one, by
+    pointer doubling over every even offset (log2(codes) rounds)."""
     n = length // 2  # codes start at even offsets; a stray odd last byte is none
     node = tf.range(n)
     _, _, _, _, _, _, eob, _, _, _, size = _rle_codes(dp, 2 * node, rle4)
@@ -663,10 +731,11 @@ def _rle_runs_vectorised(dp, length, width, total, rle4):
         double,
         [_c(1), tf.concat([nxt, [n]], 0), tf.one_hot(0, n + 1, dtype=tf.int32)],
     )
-    at = 2 * tf.cast(tf.where(reached[:n] > 0)[:, 0], tf.int32)
-    c, b, dx, dy, enc, eol, eob, delta, absolute, need, _ = _rle_codes(dp, at, rle4)
-    truncated = at + need > length
+    return 2 * tf.cast(tf.where(reached[:n] > 0)[:, 0], tf.int32)
 
+
+def _rle_positions(width, c, b, dx, dy, enc, eol, delta, absolute):
+    """Pixel position (int64 [k]) after each code, and before it."""
     # Pixel position after each code: a prefix scan of the maps
     #   p -> p + a                      (runs, delta, end of bitmap)
     #   p -> ceil((p + a) / W) * W + s  (end of line, and compositions with it)
@@ -679,7 +748,7 @@ def _rle_runs_vectorised(dp, length, width, total, rle4):
     r = eol
     a = tf.cast(tf.where(enc, c, tf.where(absolute, b, tf.where(delta, dx + dy * width, 0))), tf.int64)
     s = tf.zeros_like(a)
-    count = tf.size(at)
+    count = tf.size(c)
 
     def scan(step, r, a, s):
         pad = tf.minimum(step, count)
@@ -696,6 +765,24 @@ def _rle_runs_vectorised(dp, length, width, total, rle4):
     _, r, a, s = tf.while_loop(lambda step, *_: step < count, scan, [1, r, a, s])
     after = tf.where(r, ceil_row(a) + s, a)
     before = tf.concat([[_c(0)], after], 0)[:count]
+    return after, before
+
+
+def _rle_runs_vectorised(dp, length, width, total, rle4):
+    """Runs of an RLE stream without a per-code loop.
+
+    Returns (runs [k, 4] int32: start pixel, length, kind 0 encoded / 1 absolute,
+    value or source byte; status: 0 data ended, 1 end of bitmap, 2 truncated,
+    3 past the image; position after the last code read; ok). ``ok`` is False
+    when an encoded run would overflow its row: the caller then uses the loop.
+    """
+    at = _rle_code_offsets(dp, length, rle4)
+    c, b, dx, dy, enc, eol, eob, delta, absolute, need, _ = _rle_codes(dp, at, rle4)
+    truncated = at + need > length
+
+    after, before = _rle_positions(width, c, b, dx, dy, enc, eol, delta, absolute)
+    w64 = tf.cast(width, tf.int64)
+    count = tf.size(at)
 
     # Column before each code, as Pillow counts it: reset by end of line / delta.
     reset = tf.logical_or(eol, delta)

@@ -108,8 +108,7 @@ _F = formats
 
 
 def _tfio():
-    import tensorflow_io as tfio  # lazily: only when a format needs it
-    return tfio
+    return stack.tfio_module("in-graph WebP/TIFF/AVIF decoding", "this dataset")  # lazily
 
 
 def _plain_bmp(head: bytes) -> bool:

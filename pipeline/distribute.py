@@ -176,13 +176,7 @@ def _register_tfio_ops(load_tfio: bool):
         logging.warning("pipeline: %s; jobs whose graphs need its ops (WebP before TF 2.18, "
                         "TIFF, AVIF, s3:// URIs) will be refused", stack.tfio_status().reason)
         return
-    try:
-        # The op library is loaded lazily on first attribute access: force it.
-        from tensorflow_io.python.ops import core_ops  # pylint: disable=import-outside-toplevel
-        core_ops._load()  # pylint: disable=protected-access
-    except (ImportError, NotImplementedError, AttributeError):
-        logging.warning("pipeline: tensorflow-io is not usable: jobs whose graphs need "
-                        "its ops (WebP, TIFF, EXIF orientation, URIs) will be refused")
+    # tfio_status ran one of its ops (a WebP decode): its op library is loaded.
 
 
 def _connect(address: str, timeout: float) -> None:

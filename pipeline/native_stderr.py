@@ -64,42 +64,62 @@ TRUNCATED_JPEG = re.compile(
     r"|(?:\d{4}-\d\d-\d\d [\d:.]+: E \S*|E\d{4} [\d:.]+ +\d+ )jpeg_mem\.cc:\d+\] "
     r"Premature end of JPEG data\. Stopped at line \d+/\d+")
 
-# ``import pipeline`` hides TensorFlow's C++ warnings (TF_CPP_MIN_LOG_LEVEL=2,
-# errors only) unless the user chose a level; ``pipeline.stack`` reports how.
+# pipeline hides TensorFlow's C++ warnings (TF_CPP_MIN_LOG_LEVEL=2, errors only)
+# unless the user chose a level, by setting the variable only while it imports
+# TensorFlow itself (``import_tensorflow``); ``pipeline.stack`` reports how.
 CPP_LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
+CPP_LOG_QUIET = 2
 _cpp_log_state: Optional[Tuple[Optional[str], bool]] = None
+_imported_here = False
 
 
 JAX_DEFAULT_LEVEL = "1"  # what ``import jax`` sets when the variable is unset
 
 
-def set_cpp_log_level(level: int = 2) -> None:
-    """Sets ``TF_CPP_MIN_LOG_LEVEL`` to ``level`` unless the user set it; called by
-    ``import pipeline``, before it imports TensorFlow (it never does itself).
+def record_cpp_log_state() -> None:
+    """Records, once, the user's ``TF_CPP_MIN_LOG_LEVEL`` and whether TensorFlow is
+    imported already (``cpp_log_state``); called by ``import pipeline``. Changes nothing.
 
     A "1" found while ``jax`` is imported is taken as jax's import-time default,
     not the user's choice (jax sets it with ``os.environ.setdefault``).
-
-    Records, once, the user's value and whether TensorFlow was imported first
-    (``cpp_log_state``): TensorFlow reads the variable when it loads.
     """
     global _cpp_log_state
-    user = os.environ.get(CPP_LOG_ENV)
-    if user == JAX_DEFAULT_LEVEL and "jax" in sys.modules:
-        # ``import jax`` (which ``import tensorflow`` does where jax is installed,
-        # through opt_einsum) runs os.environ.setdefault(CPP_LOG_ENV, "1"): not
-        # the user's choice.
-        user = None
     if _cpp_log_state is None:
+        user = os.environ.get(CPP_LOG_ENV)
+        if user == JAX_DEFAULT_LEVEL and "jax" in sys.modules:
+            user = None
         _cpp_log_state = (user, "tensorflow" in sys.modules)
-    if user is None:
-        os.environ[CPP_LOG_ENV] = str(level)
 
 
 def cpp_log_state() -> Optional[Tuple[Optional[str], bool]]:
     """(the user's ``TF_CPP_MIN_LOG_LEVEL`` or None, TensorFlow imported before
-    pipeline), as ``set_cpp_log_level`` found them; None before it ran."""
+    pipeline), as ``record_cpp_log_state`` found them; None before it ran."""
     return _cpp_log_state
+
+
+def imported_tensorflow() -> bool:
+    """True when ``import_tensorflow`` is what loaded TensorFlow in this process (so
+    TensorFlow read pipeline's level, or the user's)."""
+    return _imported_here
+
+
+@contextlib.contextmanager
+def _cpp_log_level_while(level: int) -> Iterator[None]:
+    """``TF_CPP_MIN_LOG_LEVEL=level`` for the length of the block, unless the user
+    chose a level; the variable is as it was afterwards (TensorFlow reads it as it
+    loads)."""
+    record_cpp_log_state()
+    before = os.environ.get(CPP_LOG_ENV)
+    ours = _cpp_log_state[0] is None
+    if ours:
+        os.environ[CPP_LOG_ENV] = str(level)
+    try:
+        yield
+    finally:
+        if ours and before is None:
+            os.environ.pop(CPP_LOG_ENV, None)
+        elif ours:
+            os.environ[CPP_LOG_ENV] = before
 
 
 # The prefix TensorFlow's C++ logging puts before a line: absl's (2.21:
@@ -261,7 +281,9 @@ def _shown_startup_lines() -> Set[bytes]:
 
 
 def import_tensorflow() -> None:
-    """``import tensorflow``, each of its start-up lines shown at most once.
+    """``import tensorflow``, each of its start-up lines shown at most once, with
+    ``TF_CPP_MIN_LOG_LEVEL`` at 2 (errors only) while it loads unless the user set it
+    (the environment is restored afterwards).
 
     Within ``dropping_repeats``: a line that repeats one this import wrote
     before (TensorFlow 2.21 writes its start-up lines twice), or one that an
@@ -274,10 +296,13 @@ def import_tensorflow() -> None:
     Raises:
         ImportError: TensorFlow is not installed (or fails to load).
     """
+    global _imported_here
     if "tensorflow" in sys.modules:
         return
-    with dropping_repeats(seen=_shown_startup_lines(), drop=CUDA_FACTORY):
+    with _cpp_log_level_while(CPP_LOG_QUIET), \
+            dropping_repeats(seen=_shown_startup_lines(), drop=CUDA_FACTORY):
         import tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    _imported_here = True
 
 
 def startup_env() -> Dict[str, str]:

@@ -21,7 +21,6 @@ import tensorflow as tf
 from pipeline import checks
 from pipeline import config
 from pipeline import plan
-from pipeline import stack
 
 # dtypes tf.io.decode_raw can produce.
 DECODE_RAW_DTYPES = (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
@@ -128,7 +127,6 @@ def _decoder(info: NpyInfo):
 
 
 @checks.known_keywords()
-@stack.single_device_functions()
 def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[int] = None,
                     batch_size: Optional[int] = 32, shuffle_buffer_size: int = 1024,
                     cycle_length: Optional[int] = None, drop_remainder: bool = False,

@@ -42,6 +42,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import tensorflow as tf
 from absl import logging
 
+from pipeline import stack
+
 AFTER_CACHE_BUFFER = 1024
 # Up to this many rows, a shuffle buffer holds every row (an exact uniform
 # permutation, filled in ~30 ms); beyond, the keyed permutation avoids filling
@@ -122,7 +124,10 @@ def keyed_epoch(build: Callable[[tf.Tensor], tf.data.Dataset]) -> Callable[[tf.T
     seed to 0 in Python and raises ``OperatorNotAllowedInGraphError``. The
     epoch's function graph is given no graph-level seed while it is built, so
     its orders are a function of the key alone (the key stream itself still
-    follows ``tf.random.set_seed``).
+    follows ``tf.random.set_seed``). Scoped: only the graph ``flat_map`` traces
+    this function in (``tf.compat.v1.get_default_graph()`` there), its seed
+    restored on the way out; nothing public scopes a seed more narrowly
+    (``tf.random.set_seed`` is process-wide and resets the op-seed counter).
     """
     def fn(key):
         graph = tf.compat.v1.get_default_graph()
@@ -355,10 +360,10 @@ def order(elements: Callable, *, seed: Optional[int] = None, keyed: bool = False
     if service is not None or not (keyed or random_above_cache):
         ds = steps.above(*steps.below(None), None)
     elif cache is None:  # the whole epoch built from its key
-        ds = epoch_keys(seed).flat_map(graph_fn(keyed_epoch(steps.epoch)))
+        ds = stack.flat_map_on_its_device(epoch_keys(seed), graph_fn(keyed_epoch(steps.epoch)))
     else:  # the cache built once; what is above it from each epoch's key
         above_cached = functools.partial(steps.above, *steps.below(None))
-        ds = epoch_keys(seed).flat_map(graph_fn(keyed_epoch(above_cached)))
+        ds = stack.flat_map_on_its_device(epoch_keys(seed), graph_fn(keyed_epoch(above_cached)))
     if known_length and service is None:
         ds = _assert_length(ds, steps.lengths[0], batch_size, drop_remainder)
     ds = ds.with_options(options) if options is not None else ds
@@ -425,8 +430,7 @@ class _Steps:
 def _map(ds, step: Optional[Map]):
     if step is None:
         return ds
-    return ds.map(graph_fn(step.fn), num_parallel_calls=step.parallelism,
-                  deterministic=step.deterministic)
+    return stack.map_on_its_device(ds, graph_fn(step.fn), step.parallelism, step.deterministic)
 
 
 def _cache(ds, cache):

@@ -337,7 +337,6 @@ def scan(source, max_pixels: Optional[int] = None, num_parallel_calls: Optional[
                       progress=progress)
 
 
-@stack.single_device_functions()
 def scan_index(idx: index_lib.Index, max_pixels: Optional[int] = None,
                num_parallel_calls: Optional[int] = None, progress: bool = True,
                desc: str = "scan") -> ScanReport:

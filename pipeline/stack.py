@@ -1,4 +1,8 @@
-"""What the installed stack can do: TensorFlow, Keras, tensorflow-io, decoders, filesystems.
+"""What the installed stack can do: TensorFlow, Keras, tensorflow-io, decoders, filesystems;
+and the TensorFlow mechanics the package builds on: the C++ log level, maps instantiated on
+their device (``map_on_its_device``), bodies traced once (``traced_once``). Public
+TensorFlow API only; tensorflow-io (the optional ``[tfio]`` extra) is imported only by
+:func:`tfio_status` and :func:`tfio_module`.
 
 Standalone: imports only TensorFlow, absl, the standard library and the two base modules
 ``pipeline.checks`` and ``pipeline.native_stderr`` (which import no other ``pipeline``
@@ -15,12 +19,10 @@ op then raises ``NotImplementedError: unable to open file: libtensorflow_io.so``
     >>> print(stack.format_doctor())
 """
 
-import contextlib
 import ctypes
 import dataclasses
 import functools
 import importlib.metadata
-import inspect
 import mmap
 import os
 import platform
@@ -30,108 +32,128 @@ import threading
 import warnings
 from typing import Optional, Set
 
-import tensorflow as tf
-from absl import logging
-
-from pipeline import checks
 from pipeline import native_stderr
 
+native_stderr.import_tensorflow()  # with pipeline's C++ log level while it loads
+import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
+from absl import logging  # noqa: E402  pylint: disable=wrong-import-position
+
+from pipeline import checks  # noqa: E402  pylint: disable=wrong-import-position
+
 __all__ = ["TfioStatus", "tfio_status", "core_webp", "doctor", "format_doctor",
-           "needs_tfio_message", "cpu_count", "TFIO_STACK_HINT", "CppLogStatus",
-           "quiet_cpp_logs", "cpp_log_status", "single_device_functions",
-           "SINGLE_DEVICE_ATTR", "SINGLE_DEVICE_FUNCTIONS", "traced_once"]
+           "needs_tfio_message", "tfio_module", "cpu_count", "TFIO_STACK_HINT", "TFIO_EXTRA", "CppLogStatus",
+           "quiet_cpp_logs", "cpp_log_status",
+           "INTS_ON_DEVICE", "map_on_its_device", "flat_map_on_its_device", "traced_once"]
 
-# The function attribute that makes tf.data instantiate a function on its one device.
-SINGLE_DEVICE_ATTR = "experimental_ints_on_device"
-# Set to False (before building a dataset) to leave every function to TensorFlow's default
-# runtime: the escape hatch should a TensorFlow release mishandle the attribute.
-SINGLE_DEVICE_FUNCTIONS = True
-_SINGLE_DEVICE = threading.local()
-_SINGLE_DEVICE_LOCK = threading.Lock()
-_SINGLE_DEVICE_PATCH = {"usable": None}
+# The function attribute that makes tf.data instantiate a function on its one device (the one
+# tf.data.experimental.prefetch_to_device and MultiDeviceIterator give their own functions).
+INTS_ON_DEVICE = "experimental_ints_on_device"
 
 
-def _install_single_device_hook() -> bool:
-    """Wraps tf.data's function wrapper once (see ``single_device_functions``); False when
-    this TensorFlow has no such wrapper (then nothing changes)."""
-    with _SINGLE_DEVICE_LOCK:
-        if _SINGLE_DEVICE_PATCH["usable"] is not None:
-            return _SINGLE_DEVICE_PATCH["usable"]
-        try:
-            # pylint: disable-next=import-outside-toplevel
-            from tensorflow.python.data.ops import structured_function
-            wrapper = structured_function.StructuredFunctionWrapper
-            original = wrapper.__init__
-            params = inspect.signature(original).parameters
-            usable = "defun_kwargs" in params and "use_legacy_function" in params
-        except (ImportError, AttributeError, TypeError, ValueError) as err:
-            logging.debug("pipeline: tf.data functions keep the multi-device runtime (%s)", err)
-            usable = False
-        if usable:
-            @functools.wraps(original)
-            def init(self, *args, **kwargs):
-                if not (SINGLE_DEVICE_FUNCTIONS and getattr(_SINGLE_DEVICE, "stack", None)
-                        and _SINGLE_DEVICE.stack[-1] and len(args) <= 8
-                        and not kwargs.get("use_legacy_function")):
-                    return original(self, *args, **kwargs)
-                given = kwargs.get("defun_kwargs")
-                original(self, *args, **dict(kwargs, defun_kwargs=dict(
-                    given or {}, **{SINGLE_DEVICE_ATTR: True})))
-                # TensorFlow 2.16-2.21 cannot run a marked function that returns an int32
-                # computed in it beside another output ("Expected only one fetch node but
-                # there were 2" at iter()): such a function is traced again, unmarked.
-                if any(t.dtype == tf.int32 for t in self.function.outputs):
-                    original(self, *args, **kwargs)
-                return None
+def map_on_its_device(ds: tf.data.Dataset, fn, num_parallel_calls: Optional[int] = None,
+                      deterministic: Optional[bool] = None) -> tf.data.Dataset:
+    """``ds.map(fn, num_parallel_calls, deterministic)``, ``fn`` instantiated on the one device
+    it runs on instead of by the multi-device function runtime.
 
-            wrapper.__init__ = init
-        _SINGLE_DEVICE_PATCH["usable"] = usable
-        return usable
+    ``tf.data`` instantiates a dataset's functions each time an iterator is made (every epoch
+    under Keras ``fit``); ``Dataset.map``'s go through the multi-device runtime, which runs
+    Grappler over the function (about 0.1 ms per graph node). A function carrying
+    ``experimental_ints_on_device`` is instantiated on its device directly; the pipeline's
+    maps run on the CPU, where integers live on the host anyway. Built from public API only:
+    ``fn`` traced as a ``tf.function`` with that attribute (``experimental_attributes``), the
+    map made with ``tf.raw_ops.MapDataset`` / ``ParallelMapDatasetV2`` over
+    ``tf.data.experimental.to_variant(ds)``, wrapped by ``from_variant``. Datasets built
+    elsewhere are untouched.
 
-
-@contextlib.contextmanager
-def single_device_functions(enabled: bool = True):
-    """Within it, the functions that ``tf.data`` transformations trace in this thread are
-    instantiated on the one device they run on, not by the multi-device function runtime.
-
-    ``tf.data`` instantiates every function of a dataset (its ``map``, ``scan``, ``filter``
-    ...) each time an iterator is made (every epoch under Keras ``fit``). By default it
-    goes through the multi-device function runtime, which runs Grappler over the function
-    and its branches (placement, partitioning, rewrites): about 0.1 ms per graph node.
-    A function marked with the ``experimental_ints_on_device`` attribute (the one
-    TensorFlow's own ``prefetch_to_device`` and ``MultiDeviceIterator`` use) is
-    instantiated on its device directly (``CapturedFunction::Instantiate``). The
-    pipeline's functions run on the CPU, where integers live on the host anyway, so the
-    attribute changes nothing else. One exception: TensorFlow 2.16-2.21 cannot run a
-    marked function that returns an int32 computed in it beside another output (with
-    autotuning's ``inject_prefetch`` rewrite, ``iter()`` fails "Expected only one fetch
-    node"), so such a function is traced a second time, unmarked. Measured on
-    ``from_directory`` (10,000 files, 2 cores): ``iter(ds)`` 0.30 s -> 0.08 s,
-    steady-state images per CPU-second unchanged.
-
-    Only functions traced in this thread while the block runs are marked: a user's own
-    ``Dataset.map`` elsewhere is untouched. TensorFlow has no public switch for this, so
-    the hook wraps ``StructuredFunctionWrapper`` (once, lazily); where a TensorFlow
-    release lacks it, nothing is marked and everything works as before; setting
-    ``pipeline.stack.SINGLE_DEVICE_FUNCTIONS = False`` before building a dataset turns the
-    marking off.
+    Falls back to ``ds.map`` (TensorFlow's default runtime) when an element or a result is
+    not a plain tensor (a ragged or sparse one, say), or when ``fn`` returns an int32:
+    TensorFlow 2.16-2.21 cannot run such a marked function beside another output ("Expected
+    only one fetch node" at ``iter()`` with autotuning's ``inject_prefetch``).
 
     Args:
-        enabled: bool; ``False`` suspends the marking inside an enclosing block (for
-            transformations that must keep TensorFlow's default, such as the tf.data
-            service's).
+        ds: the input ``tf.data.Dataset``.
+        fn: the map function, called as ``Dataset.map`` calls it (a tuple element unpacked).
+        num_parallel_calls: int, ``tf.data.AUTOTUNE`` or None (one call at a time).
+        deterministic: bool or None (the dataset's ``Options`` decide), as ``Dataset.map``.
 
-    Yields:
-        None. Raises nothing of its own; usable as a decorator.
+    Returns:
+        The mapped ``tf.data.Dataset``, with ``fn``'s output structure.
     """
-    _install_single_device_hook()
-    if not hasattr(_SINGLE_DEVICE, "stack"):
-        _SINGLE_DEVICE.stack = []
-    _SINGLE_DEVICE.stack.append(bool(enabled))
-    try:
-        yield
-    finally:
-        _SINGLE_DEVICE.stack.pop()
+    plain = lambda: ds.map(fn, num_parallel_calls=num_parallel_calls, deterministic=deterministic)
+    out = {}
+
+    def result(res):
+        out["structure"] = tuple(res) if isinstance(res, list) else res
+        flat = tf.nest.flatten(out["structure"])
+        out["plain"] = not all(isinstance(t, (tf.Tensor, int, float, bool, bytes, str))
+                               for t in flat)
+        return [] if out["plain"] else [tf.convert_to_tensor(t) for t in flat]
+
+    traced = _traced_on_device(ds, fn, result, "map")
+    if traced is None or out["plain"] or any(t.dtype == tf.int32 for t in traced.outputs):
+        return plain()
+    specs = [tf.TensorSpec(t.shape, t.dtype) for t in traced.outputs]
+    common = dict(input_dataset=tf.data.experimental.to_variant(ds),
+                  other_arguments=traced.captured_inputs, f=traced,
+                  output_types=[s.dtype for s in specs], output_shapes=[s.shape for s in specs],
+                  preserve_cardinality=True)
+    if num_parallel_calls is None:
+        variant = tf.raw_ops.MapDataset(**common)
+    else:
+        variant = tf.raw_ops.ParallelMapDatasetV2(
+            num_parallel_calls=tf.constant(num_parallel_calls, tf.int64),
+            deterministic={None: "default", True: "true", False: "false"}[deterministic],
+            **common)
+    return tf.data.experimental.from_variant(
+        variant, tf.nest.pack_sequence_as(out["structure"], specs))
+
+
+def flat_map_on_its_device(ds: tf.data.Dataset, fn) -> tf.data.Dataset:
+    """``ds.flat_map(fn)``, ``fn`` instantiated on its one device (see
+    :func:`map_on_its_device`; ``tf.raw_ops.FlatMapDataset``). A keyed epoch's function
+    holds the whole epoch's dataset graph, instantiated at every ``iter()``.
+
+    Args:
+        ds: the input ``tf.data.Dataset``.
+        fn: element -> ``tf.data.Dataset``, called as ``Dataset.flat_map`` calls it.
+
+    Returns:
+        The flattened ``tf.data.Dataset`` (``ds.flat_map(fn)`` where an element or the
+        returned dataset's elements are not plain tensors).
+    """
+    out = {}
+
+    def result(inner):
+        out["spec"] = inner.element_spec
+        return tf.data.experimental.to_variant(inner)
+
+    traced = _traced_on_device(ds, fn, result, "flat_map")
+    flat = tf.nest.flatten(out.get("spec"))
+    if traced is None or not flat or any(type(s) is not tf.TensorSpec for s in flat):
+        return ds.flat_map(fn)
+    variant = tf.raw_ops.FlatMapDataset(
+        input_dataset=tf.data.experimental.to_variant(ds),
+        other_arguments=traced.captured_inputs, f=traced,
+        output_types=[s.dtype for s in flat], output_shapes=[s.shape for s in flat])
+    return tf.data.experimental.from_variant(variant, out["spec"])
+
+
+def _traced_on_device(ds, fn, result, kind):
+    """``fn`` over ``ds``'s elements as a ConcreteFunction marked ``INTS_ON_DEVICE``, its
+    return value passed through ``result`` (-> flat list of tensors); None when an
+    element is not made of plain tensors."""
+    spec = ds.element_spec
+    flat_in = tf.nest.flatten(spec)
+    if not flat_in or any(type(s) is not tf.TensorSpec for s in flat_in):
+        return None
+
+    def body(*args):
+        el = tf.nest.pack_sequence_as(spec, list(args))
+        return result(fn(*el) if isinstance(el, tuple) else fn(el))
+    name = re.sub(r"\W", "", getattr(fn, "__name__", "fn"))
+    body.__name__ = f"pipeline_{kind}_{name}"
+    return tf.function(body, input_signature=flat_in, autograph=False,
+                       experimental_attributes={INTS_ON_DEVICE: True}).get_concrete_function()
 
 
 def traced_once(*input_signature: tf.TensorSpec):
@@ -176,10 +198,10 @@ _WEBP_1X1 = (b"RIFF\x1c\x00\x00\x00WEBPVP8L\x0f\x00\x00\x00/\x00\x00\x00\x00\x07
 # Schemes that tensorflow-io registers when its plugins load (TensorFlow has gs, file, ram).
 TFIO_SCHEMES = ("s3", "hdfs", "viewfs", "har", "az", "http", "https", "oss")
 
-TFIO_STACK_HINT = ("install TensorFlow 2.16 with tensorflow-io 0.37.1, the stack that provides "
-                   "it, e.g. pip install tf-image-pipeline 'tensorflow==2.16.2' "
-                   "'tensorflow-io==0.37.1' (in a source tree: "
-                   "pip install -c constraints/tf216.txt -e .)")
+TFIO_EXTRA = "tfio"  # setup.cfg's extra that installs tensorflow-io
+TFIO_STACK_HINT = ("install the [tfio] extra on TensorFlow 2.16, the stack where tensorflow-io's "
+                   "ops load, e.g. pip install 'tf-image-pipeline[tfio]' 'tensorflow==2.16.2' "
+                   "(in a source tree: pip install -c constraints/tf216.txt -e '.[tfio]')")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,7 +243,9 @@ def _short_error(err: BaseException, warned=()) -> str:
 def _probe() -> TfioStatus:
     version = _dist_version("tensorflow-io")
     if version is None:
-        return TfioStatus(False, None, "tensorflow-io is not installed")
+        return TfioStatus(False, None, "tensorflow-io is not installed (the optional [tfio] "
+                                       "extra: pip install 'tf-image-pipeline[tfio]', "
+                                       "TensorFlow 2.16 only)")
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         try:
@@ -250,6 +274,24 @@ def tfio_status() -> TfioStatus:
         return _probe()
 
 
+def tfio_module(feature: str, path):
+    """The ``tensorflow_io`` module, once :func:`tfio_status` found its ops loading: the one
+    way the package imports it (lazily, here).
+
+    Args:
+        feature: str, what needs it, for the message (e.g. "TIFF decoding").
+        path: the file or URI it is needed for, for the message.
+
+    Raises:
+        ImportError: tensorflow-io is not installed or its ops do not load; the
+            message (``needs_tfio_message``) names the file, the reason and the [tfio] extra.
+    """
+    if not tfio_status().available:
+        raise ImportError(needs_tfio_message(feature, path))
+    import tensorflow_io  # pylint: disable=import-outside-toplevel
+    return tensorflow_io
+
+
 def core_webp() -> bool:
     """True when TensorFlow decodes WebP itself (``tf.io.decode_webp``, TF >= 2.18)."""
     return hasattr(tf.io, "decode_webp")
@@ -269,8 +311,9 @@ def _schemes() -> list:
 #
 # TensorFlow's C++ code logs to stderr below Python's logging, filtered by
 # TF_CPP_MIN_LOG_LEVEL (0 all, 1 no INFO, 2 no WARNING, 3 no ERROR). pipeline
-# sets it to 2 when unset, before it imports TensorFlow. When TensorFlow was
-# imported first, the variable comes too late, and what can be done depends on
+# sets it to 2 when unset, only while it imports TensorFlow itself
+# (native_stderr.import_tensorflow; the environment is restored afterwards).
+# When something else imported TensorFlow first, the variable comes too late, and what can be done depends on
 # how TensorFlow logs:
 # * TensorFlow 2.16 (TSL's own logging, libtensorflow_framework exports
 #   tsl::internal::LogMessage): the level is read once into a function-local
@@ -282,8 +325,8 @@ def _schemes() -> list:
 #   offers no Python binding for it; libtensorflow_framework exports it under
 #   absl's versioned namespace (absl::lts_YYYYMMDD), so its name is read from
 #   the library's symbol strings and it is called through ctypes.
-CPP_LOG_ENV = "TF_CPP_MIN_LOG_LEVEL"
-CPP_LOG_QUIET = 2  # errors only
+CPP_LOG_ENV = native_stderr.CPP_LOG_ENV
+CPP_LOG_QUIET = native_stderr.CPP_LOG_QUIET  # errors only
 # Warnings TensorFlow writes that say nothing is wrong: the end of every epoch
 # iterated eagerly (TF 2.16), and TensorFlow's false alarm after every
 # complete file cache (its writer looks for a temporary index that its own
@@ -351,14 +394,16 @@ def quiet_cpp_logs(user_level: Optional[str], tensorflow_first: bool) -> CppLogS
     """Hides TensorFlow's C++ warnings unless the user chose a level; called once, when this module loads.
 
     Args:
-        user_level: the value of ``TF_CPP_MIN_LOG_LEVEL`` before ``import pipeline``
-            set it (None: unset). A value set by the user is left as it is.
-        tensorflow_first: bool, TensorFlow was imported before ``pipeline``.
+        user_level: the value of ``TF_CPP_MIN_LOG_LEVEL`` at ``import pipeline``
+            (None: unset). A value set by the user is left as it is.
+        tensorflow_first: bool, TensorFlow was imported by something other than
+            pipeline (``native_stderr.import_tensorflow``), so without its level.
 
     Returns:
         The ``CppLogStatus`` (also kept for ``cpp_log_status`` and the doctor).
         When the level cannot be set (TensorFlow 2.16 imported first), one
-        warning says so and how to get it: import pipeline first, or set
+        warning says so and how to get it: let pipeline import TensorFlow (use a
+        pipeline name before ``import tensorflow``), or set
         ``TF_CPP_MIN_LOG_LEVEL`` before Python starts (setting it to any value
         also silences the warning).
     """
@@ -371,20 +416,21 @@ def quiet_cpp_logs(user_level: Optional[str], tensorflow_first: bool) -> CppLogS
         status = CppLogStatus(quiet, f"{CPP_LOG_ENV}={user_level} as set by the user")
     elif not tensorflow_first:
         status = CppLogStatus(True, f"{CPP_LOG_ENV}={CPP_LOG_QUIET} (errors only), set by "
-                                    "pipeline before TensorFlow loaded")
+                                    "pipeline while it imported TensorFlow (the environment restored)")
     else:
         why = _absl_set_min_log_level(CPP_LOG_QUIET)
         if not why:
-            status = CppLogStatus(True, "errors only: TensorFlow was imported first; set by "
+            status = CppLogStatus(True, "errors only: TensorFlow was imported before pipeline imported it; set by "
                                         "pipeline through absl::SetMinLogLevel")
         else:
             status = CppLogStatus(False, f"TensorFlow {tf.__version__} was imported before "
-                                         f"pipeline and {why}")
+                                         f"pipeline imported it and {why}")
             logging.warning(
-                "pipeline: tensorflow was imported before pipeline, and TensorFlow %s's C++ "
-                "log level cannot be changed now (%s): its known-harmless lines (%s) will "
-                "show. To hide them, import pipeline before tensorflow, or set %s=%d before "
-                "Python starts (setting it to any value also silences this note).",
+                "pipeline: tensorflow was imported before pipeline imported it, and TensorFlow "
+                "%s's C++ log level cannot be changed now (%s): its known-harmless lines (%s) "
+                "will show. To hide them, use a pipeline name (pipeline.from_directory, say) "
+                "before import tensorflow, or set %s=%d before Python starts (setting it to "
+                "any value also silences this note).",
                 tf.__version__, why, "; ".join(f"'{h}'" for h in CPP_LOG_HARMLESS),
                 CPP_LOG_ENV, CPP_LOG_QUIET)
     _cpp_log = status
@@ -558,12 +604,11 @@ def main(argv=None):
     print(format_doctor())
 
 
-# ``import pipeline`` records the user's TF_CPP_MIN_LOG_LEVEL and whether
-# TensorFlow came first, and sets the level (``native_stderr.set_cpp_log_level``);
-# it imports no TensorFlow itself, so the status is settled here, when this
-# module (and TensorFlow) first loads.
-if native_stderr.cpp_log_state() is not None:
-    quiet_cpp_logs(*native_stderr.cpp_log_state())
+# ``import pipeline`` records the user's TF_CPP_MIN_LOG_LEVEL (changing nothing);
+# this module imports TensorFlow through ``native_stderr.import_tensorflow`` unless
+# something else did first, so the status is settled here, when it first loads.
+native_stderr.record_cpp_log_state()
+quiet_cpp_logs(native_stderr.cpp_log_state()[0], not native_stderr.imported_tensorflow())
 
 
 if __name__ == "__main__":

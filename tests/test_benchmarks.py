@@ -372,7 +372,6 @@ def test_decode_cost(photos, tmp_path):
     assert set(c) == {"identity", "decode_jpeg", "decoder", "decoder_no_exif", "decoder_all_formats",
                       "decode_jpeg+resize", "decoder+resize", "decode_jpeg_ratio2+resize"}
     assert out["images"] > 0 and all(v["min"] > 0 and v["runs"] == [v["min"]] for v in c.values())
-    assert out["single_device"] is True  # the pipeline's function runtime, by default
     # one line per candidate, each as a ratio of the bare decode (no timing is asserted:
     # on a loaded machine a one-epoch smoke run of tiny images orders them at random)
     for name in c:

@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from pipeline import bmp
 from pipeline.bmp import bmp_header, decode_bmp
 
 # Image decoders: the result can differ by TensorFlow stack (setup.cfg: stack).
@@ -777,3 +778,36 @@ def test_header():
             HEADER(tf.constant(bad))
     with pytest.raises(ValueError):
         decode_bmp(tf.constant(data), 2)
+
+
+def test_unlowered_case_is_one_unlowered_call_over_branches_capturing_different_tensors():
+    """bmp.unlowered_case builds one (Stateless)Case from public ops: each branch a traced
+    function over the same captured inputs, no switch/merge lowering attribute; each
+    index gives its branch's values, an index past the end the last branch's."""
+    a, b = tf.constant([1.0, 2.0]), tf.constant("x")
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.float32)])
+    def f(i, x):
+        y = x * 3
+        return bmp.unlowered_case(i, [lambda: (tf.constant(""), x),
+                                      lambda: (b, y),
+                                      lambda: (tf.strings.join([b, b]), y + x)])
+
+    got = [(s.numpy(), v.numpy().tolist()) for s, v in (f(tf.constant(i), a) for i in range(4))]
+    assert got == [(b"", [1.0, 2.0]), (b"x", [3.0, 6.0]), (b"xx", [4.0, 8.0]),
+                   (b"xx", [4.0, 8.0])]
+    graph = f.get_concrete_function().graph
+    cases = [op for op in graph.get_operations() if op.type in ("Case", "StatelessCase")]
+    assert [op.type for op in cases] == ["StatelessCase"]
+    assert "_lower_using_switch_merge" not in cases[0].node_def.attr
+    assert len(cases[0].get_attr("branches")) == 3
+    assert not [op for op in graph.get_operations() if op.type in ("Switch", "Merge")]
+
+
+def test_unlowered_case_refuses_branches_of_different_dtypes():
+    @tf.function
+    def f(i):
+        return bmp.unlowered_case(i, [lambda: tf.constant(1), lambda: tf.constant(1.0)])
+
+    with pytest.raises(ValueError, match=r"branch 1 returns dtypes \['float32'\], branch 0 \['int32'\]"):
+        f(tf.constant(0))

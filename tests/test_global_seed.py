@@ -89,3 +89,35 @@ def test_tfrecords_shuffled_under_a_global_seed_of_zero(root, tmp_path, global_s
     ds = pipeline.from_tfrecords(out, **KW)
     for epoch in _epochs(ds, 2):
         assert collections.Counter(epoch) == collections.Counter(range(N)), epoch
+
+
+def test_keyed_epoch_clears_the_graph_seed_only_while_the_epoch_is_built():
+    """plan.keyed_epoch: the function graph's seed is None inside ``build`` and restored
+    afterwards, also when ``build`` raises; an enclosing graph keeps its own seed."""
+    from pipeline import plan
+    seen = []
+
+    def build(key):
+        seen.append(tf.compat.v1.get_default_graph().seed)
+        return tf.data.Dataset.range(4).shuffle(4, seed=key[0], reshuffle_each_iteration=False)
+
+    def boom(key):
+        raise ValueError("bad build")
+
+    outer = tf.Graph()
+    with outer.as_default():
+        tf.compat.v1.set_random_seed(0)
+        plan.epoch_keys(1).flat_map(plan.keyed_epoch(build))
+        assert outer.seed == 0
+
+    @tf.function
+    def restored_after_a_raise():
+        g = tf.compat.v1.get_default_graph()
+        g.seed = 5
+        with pytest.raises(ValueError, match="bad build"):
+            plan.keyed_epoch(boom)(tf.constant([1, 2], tf.int64))
+        seen.append(g.seed)
+        return tf.constant(0)
+
+    restored_after_a_raise()
+    assert seen == [None, 5]

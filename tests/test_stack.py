@@ -191,7 +191,7 @@ def test_cpp_lines_when_tensorflow_comes_first(tmp_path):
     if TF216:
         assert not quiet
         assert err.count(hint) == 1 and "TF_CPP_MIN_LOG_LEVEL=2" in err
-        assert "import pipeline before tensorflow" in err
+        assert "use a pipeline name (pipeline.from_directory, say) before import tensorflow" in err
         # the note comes before TensorFlow's first harmless line
         first = min(err.find(l) for l in stack.CPP_LOG_HARMLESS if l in err)
         assert err.find(hint) < first
@@ -212,7 +212,32 @@ def test_jax_import_default_level_is_not_taken_for_the_users():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "LEVEL 2 True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    # quiet (TensorFlow loaded at level 2), and jax's value left in the environment
+    assert "LEVEL 1 True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("level", [None, "0"])
+def test_import_pipeline_and_its_tensorflow_import_leave_the_environment_alone(level):
+    """``import pipeline``, a public name's first use (which imports TensorFlow) and
+    ``pipeline.stack`` change no environment variable; TensorFlow still reads level 2
+    while pipeline imports it, unless the user set one."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = REPO
+    if level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = level
+    code = ("import os, sys; before = dict(os.environ)\n"
+            "import pipeline; assert dict(os.environ) == before, 'import pipeline'\n"
+            "pipeline.from_directory; assert 'tensorflow' in sys.modules\n"
+            "from pipeline import stack; assert dict(os.environ) == before, 'tensorflow'\n"
+            "print('QUIET', stack.cpp_log_status().quiet, stack.cpp_log_status().how)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if level is None:
+        assert "QUIET True TF_CPP_MIN_LOG_LEVEL=2 (errors only), set by pipeline while it " \
+               "imported TensorFlow" in proc.stdout, proc.stdout
+    else:
+        assert "QUIET False TF_CPP_MIN_LOG_LEVEL=0 as set by the user" in proc.stdout, proc.stdout
 
 
 def test_a_level_set_by_the_user_is_left_alone(tmp_path):
