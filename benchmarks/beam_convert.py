@@ -54,7 +54,7 @@ flags.DEFINE_integer("worker_cores", 4, "Cores per worker in the estimate.")
 
 _CHILD = r"""
 import json, sys, time
-from pipeline import shards
+from pipeline.convert import shards
 a = json.loads(sys.argv[1])
 t = time.perf_counter()
 meta = shards.write_tfrecords(a["src"], a["out"], a["num_shards"], progress=False, seed=0,

@@ -13,7 +13,7 @@ script then defines the shared flags it takes, with its own defaults, by one
                         json_out="guard_cost.json")
 
 ``data_dir(FLAGS.data_dir)`` is the folder a script reads: ``--data_dir`` when
-given, else ``pipeline.sample.default_data_dir()`` (``$PIPELINE_DATA_DIR``, the
+given, else ``pipeline.tools.sample.default_data_dir()`` (``$PIPELINE_DATA_DIR``, the
 shared photo sample next to the repository, else the built-in generated sample).
 """
 
@@ -33,7 +33,7 @@ FLAGS = flags.FLAGS
 # What ``--data_dir`` does without a value; each script's help is its own lead-in + this.
 DATA_DIR_HELP = ("Default: $PIPELINE_DATA_DIR, else "
                  "../shared/data/imagenet-sample next to the repository, else a generated "
-                 "sample (pipeline.sample.default_data_dir).")
+                 "sample (pipeline.tools.sample.default_data_dir).")
 
 # The shared flags: name -> (absl definer, help when the script gives none).
 SHARED = {
@@ -80,8 +80,8 @@ def define(data_dir=None, **shared) -> None:
 
 
 def data_dir(flag_value=None, num_images: int = 256) -> str:
-    """``--data_dir`` when given, else ``pipeline.sample.default_data_dir()`` (a generated
+    """``--data_dir`` when given, else ``pipeline.tools.sample.default_data_dir()`` (a generated
     sample of ``num_images`` when neither ``$PIPELINE_DATA_DIR`` nor the shared sample is
     there)."""
-    from pipeline import sample  # pylint: disable=import-outside-toplevel
+    from pipeline.tools import sample  # pylint: disable=import-outside-toplevel
     return sample.default_data_dir(flag_value, num_images=num_images)

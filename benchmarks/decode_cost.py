@@ -8,7 +8,7 @@ around whole epochs). Candidates alternate for ``--repeats`` rounds; min,
 median and max are reported (the minimum is the steadiest on a shared machine).
 
   decode_jpeg            tf.io.decode_jpeg(channels=3): the floor
-  decoder                pipeline.decode.Decoder().decode (sniff, bomb guard,
+  decoder                pipeline.decode.image.Decoder().decode (sniff, bomb guard,
                          EXIF orientation, JPEG fast path) as from_directory builds it
                          for a folder of *.jpg files (other formats' decoders left out)
   decoder_no_exif        the same with exif_orientation=False
@@ -54,7 +54,9 @@ from common_flags import FLAGS, data_dir as _data_dir
 
 import tensorflow as tf  # noqa: E402
 
-from pipeline import decode, sample, transform  # noqa: E402
+from pipeline.decode import image as decode  # noqa: E402
+from pipeline.tools import sample
+from pipeline.transform import geometry as transform
 
 common_flags.define(data_dir="Class-folder photo root.",
                     num_images=(0, "Use only the first N JPEG photos; 0 = all."),

@@ -42,7 +42,7 @@ from absl import app, flags
 import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
 from common_flags import FLAGS, data_dir as _data_dir
 from peer_candidates import symlink_tree  # benchmarks/peer_candidates.py
-from pipeline import sample
+from pipeline.tools import sample
 
 common_flags.define(data_dir="Class-folder photo root.", num_images=0,
                     image_size=(224, "Input height and width (pixels)."), batch_size=64,
@@ -146,7 +146,7 @@ def main(argv):
             FLAGS.num_images = 64
     FLAGS.data_dir = _data_dir(FLAGS.data_dir)
     import charts  # benchmarks/charts.py (matplotlib)
-    from pipeline.benchmarking import harness as bench
+    from pipeline.tools.bench import harness as bench
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = FLAGS.data_dir
         if FLAGS.sample_images:

@@ -2,7 +2,7 @@
 
 ``pipeline`` is ``pipeline.from_directory`` with its guards on (header guard,
 format sniffing, failure attribution, on_error policy). ``plain`` is
-``pipeline.benchmarking.harness``'s hand-tuned tf.data with the same tuning (shuffle paths,
+``pipeline.tools.bench.harness``'s hand-tuned tf.data with the same tuning (shuffle paths,
 ``decode_jpeg`` + the same ``transform.resize``, map with 2x cores parallel
 calls, batch, prefetch 2, autotune off) and no guards. Each run is its own
 subprocess; the two alternate for ``--repeats`` rounds; medians of images/s
@@ -35,9 +35,9 @@ import common_flags  # benchmarks/common_flags.py (puts the repository on sys.pa
 from common_flags import FLAGS, data_dir as _data_dir
 import charts  # benchmarks/charts.py
 import peer_candidates as _peers  # benchmarks/peer_candidates.py (symlink_tree)
-from pipeline import index as index_lib
-from pipeline import sample
-from pipeline.benchmarking import harness as bench
+from pipeline.sources import index as index_lib
+from pipeline.tools import sample
+from pipeline.tools.bench import harness as bench
 
 common_flags.define(data_dir="Class-folder photo root.", num_images=0, image_size=224,
                     batch_size=64, epochs=3, repeats=(5, "Alternating rounds (pipeline, plain)."),

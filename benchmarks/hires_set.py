@@ -17,7 +17,7 @@ its tiles from the photos ``i * tiles, i * tiles + 1, ...`` of the sorted source
 give the same files. The images are never committed: the default OUT is ``out/hires``
 in the repository, which git ignores.
 
-The quality measure of the benchmarks (``pipeline.quality``): PSNR per image against an
+The quality measure of the benchmarks (``pipeline.transform.quality``): PSNR per image against an
 antialiased resize of the full decode, as median and 5th percentile.
 
     python benchmarks/hires_set.py                       # out/hires, 128 mosaics a size
@@ -38,7 +38,7 @@ from absl import app, flags
 import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
 from common_flags import FLAGS, data_dir as _data_dir
 from pipeline import checks
-from pipeline import sample
+from pipeline.tools import sample
 
 REPO = common_flags.REPO
 DEFAULT_OUT = os.path.join(REPO, "out", "hires")

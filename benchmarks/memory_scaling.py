@@ -3,7 +3,7 @@
 Builds, for each size in ``--sizes``, a temporary folder of class sub-folders
 filled with symlinks to the real photos of ``--data_dir`` (repeated
 round-robin), then runs one epoch of each candidate in its own subprocess
-(``python -m pipeline.benchmarking.harness``: ``VmHWM`` is the candidate's own peak):
+(``python -m pipeline.tools.bench.harness``: ``VmHWM`` is the candidate's own peak):
 
   pipeline  ``pipeline.from_directory`` (streams: memory should not follow
                  the file count);
@@ -33,8 +33,8 @@ import common_flags  # benchmarks/common_flags.py (puts the repository on sys.pa
 from common_flags import FLAGS, data_dir as _data_dir
 import charts  # benchmarks/charts.py
 import peer_candidates as _peers  # benchmarks/peer_candidates.py (the peers; symlink_tree)
-from pipeline import sample
-from pipeline.benchmarking import harness as bench
+from pipeline.tools import sample
+from pipeline.tools.bench import harness as bench
 
 common_flags.define(data_dir="Photos to repeat.", image_size=224, batch_size=64, timeout=3600,
                     progress=False, json_out="memory_scaling.json", png_out=None)

@@ -30,7 +30,7 @@ from absl import app, flags
 
 import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
 from common_flags import FLAGS
-from pipeline.benchmarking import harness as bench
+from pipeline.tools.bench import harness as bench
 
 common_flags.define(batch_size=(32, "Batch size while streaming."),
                     json_out=(None, "Write the results here as JSON."))

@@ -4,13 +4,13 @@ They use what a library must not depend on: torch, TF1 queue runners
 (``tf.compat.v1.train``), a Keras-private adapter
 (``keras.src...PyDatasetAdapter``) and the legacy ``ImageDataGenerator``.
 Importing this module registers them with the package's harness
-(``pipeline.benchmarking.harness.register``) beside the public-API candidates of
-``pipeline.benchmarking.candidates``; the harness records this module's name, and its
+(``pipeline.tools.bench.harness.register``) beside the public-API candidates of
+``pipeline.tools.bench.candidates``; the harness records this module's name, and its
 subprocess worker puts this folder on ``PYTHONPATH`` to import it again.
 
     import sys; sys.path.insert(0, "benchmarks")
     import peer_candidates                 # registers tf1_queue, pydataset, ...
-    from pipeline.benchmarking import harness as bench
+    from pipeline.tools.bench import harness as bench
     bench.run_candidates(["pipeline", "tf1_queue"], spec)
 
 Candidates added here:
@@ -62,14 +62,14 @@ import random
 import sys
 
 import common_flags  # noqa: F401  (puts the repository on sys.path)
-from pipeline.benchmarking import harness as bench  # noqa: E402
-from pipeline.benchmarking import candidates as public  # noqa: E402,F401  (registers pipeline, keras, ...)
+from pipeline.tools.bench import harness as bench  # noqa: E402
+from pipeline.tools.bench import candidates as public  # noqa: E402,F401  (registers pipeline, keras, ...)
 from pipeline import config as config_lib  # noqa: E402
-from pipeline.benchmarking.candidates import pil_load  # noqa: E402
+from pipeline.tools.bench.candidates import pil_load  # noqa: E402
 
 
 def _index(spec):
-    from pipeline import index as index_lib
+    from pipeline.sources import index as index_lib
     idx = index_lib.index_directory(spec["data_dir"])
     return list(idx.paths), list(idx.labels), idx
 

@@ -1,8 +1,8 @@
 """``pipeline`` beside its peers, on the same files, in one run.
 
-Candidates (see ``pipeline/benchmarking/candidates.py`` and ``benchmarks/peer_candidates.py`` for
+Candidates (see ``pipeline/tools/bench/candidates.py`` and ``benchmarks/peer_candidates.py`` for
 exactly what each does), each in
-its own subprocess (``python -m pipeline.benchmarking.harness``) so that its peak RSS
+its own subprocess (``python -m pipeline.tools.bench.harness``) so that its peak RSS
 (``VmHWM``) is its own; with ``--repeats`` > 1 they are alternated round by
 round and the medians reported:
 
@@ -46,9 +46,9 @@ import common_flags  # benchmarks/common_flags.py (puts the repository on sys.pa
 from common_flags import FLAGS, data_dir as _data_dir
 import peer_candidates as _peers  # benchmarks/peer_candidates.py (registers the peers)
 from pipeline import config as config_lib
-from pipeline import index as index_lib
-from pipeline import sample
-from pipeline.benchmarking import harness as bench
+from pipeline.sources import index as index_lib
+from pipeline.tools import sample
+from pipeline.tools.bench import harness as bench
 
 ALL = list(bench.CANDIDATES)
 DEFAULT = ["pipeline", "pipeline_train", "pipeline_train_nofast", "keras", "keras_aug", "plain",
@@ -66,7 +66,7 @@ common_flags.define(
     png_out=(None, "Bar chart PNG (default: json_out with .png)."))
 flags.DEFINE_list("candidates", DEFAULT, f"Candidates to run, in order; any of {ALL}.")
 flags.DEFINE_integer("quality_images", 16, "PSNR per candidate on the first N files "
-                     "(pipeline.quality; outside the timed part); 0: none.")
+                     "(pipeline.transform.quality; outside the timed part); 0: none.")
 
 
 def ratios(results):

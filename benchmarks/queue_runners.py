@@ -23,7 +23,7 @@ from absl import app, flags
 
 import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
 from common_flags import FLAGS, data_dir as _data_dir
-from pipeline.benchmarking import harness as bench
+from pipeline.tools.bench import harness as bench
 
 common_flags.define(data_dir="Folder of JPEG files (searched recursively).",
                     num_images=(64, "Files used (first N in sorted order)."),

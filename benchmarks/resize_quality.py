@@ -37,7 +37,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from pipeline import decode, transform  # noqa: E402
+from pipeline.decode import image as decode  # noqa: E402
+from pipeline.transform import geometry as transform
 
 common_flags.define(data_dir="Class-folder photo root (JPEGs).",
                     json_out=(None, "Write the table as JSON here."))

@@ -140,7 +140,7 @@ def main(argv):
         proc.terminate()
         proc.wait(10)
         os.remove(log)
-    from pipeline.benchmarking import harness as bench
+    from pipeline.tools.bench import harness as bench
     bench.write_json(FLAGS.result_json, out)
     for name, rs in out["runs"].items():
         for r in rs:

@@ -252,7 +252,7 @@ def main(argv):
     finally:
         if not FLAGS.log_out and os.path.exists(log_path):
             os.remove(log_path)
-    from pipeline.benchmarking import harness as bench
+    from pipeline.tools.bench import harness as bench
     bench.write_json(FLAGS.json_out, out)
     print(f"{out['files']} objects in {out['classes']} folders (upload {out['upload_sec']:.1f} s)")
     print(f"factory {out['factory_sec']:.2f} s, iterator {out['iterator_sec']:.2f} s, "

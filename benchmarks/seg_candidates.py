@@ -1,6 +1,6 @@
 """Segmentation benchmark candidates (image + mask pairs), for ``benchmarks/segmentation.py``.
 
-Importing this module registers them with the harness (``pipeline.benchmarking.harness.register``);
+Importing this module registers them with the harness (``pipeline.tools.bench.harness.register``);
 the harness's subprocess worker imports it again. Every candidate reads the pairs of
 ``spec["data_dir"]`` (photos, found recursively, sorted) and ``spec["masks_dir"]``
 (the mask of ``data_dir/a/b/x.jpg`` is ``masks_dir/a/b/x.png``, a gray PNG of class
@@ -42,7 +42,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from pipeline.benchmarking import harness as bench  # noqa: E402
+from pipeline.tools.bench import harness as bench  # noqa: E402
 
 # The luminance bounds of the classes: 4 classes, 0 (dark) to 3 (bright).
 THRESHOLDS = (64, 128, 192)

@@ -7,7 +7,7 @@ the photo's luminance (Pillow ``convert("L")``) thresholded into 4 classes (0-63
 64-127, 128-191, 192-255 -> 0-3), saved as a gray PNG (``seg_candidates.mask_of``).
 Then the candidates of ``benchmarks/seg_candidates.py`` (see there for what each does)
 read the pairs at ``--image_size``, each run in its own fresh process
-(``pipeline.benchmarking.harness``), alternated round by round over ``--rounds``, medians reported:
+(``pipeline.tools.bench.harness``), alternated round by round over ``--rounds``, medians reported:
 
   seg_pipeline        pipeline.from_paths(images, masks=masks)
   seg_pipeline_train  the same + Augment(random_resized_crop, horizontal_flip)
@@ -38,10 +38,10 @@ import common_flags  # benchmarks/common_flags.py (puts the repository on sys.pa
 from common_flags import FLAGS, data_dir as _data_dir
 from peer_candidates import symlink_tree  # benchmarks/peer_candidates.py
 import seg_candidates  # noqa: F401  (registers the seg_* candidates)
-from pipeline.benchmarking import harness as bench
+from pipeline.tools.bench import harness as bench
 from pipeline import config as config_lib
-from pipeline import index as index_lib
-from pipeline import sample
+from pipeline.sources import index as index_lib
+from pipeline.tools import sample
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CANDIDATES = ["seg_pipeline", "seg_pipeline_train", "seg_plain", "seg_keras"]

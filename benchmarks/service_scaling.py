@@ -1,7 +1,7 @@
 """tf.data service scaling: 1 worker, then 2 workers, same files, same consumer.
 
 Starts a dispatcher and workers as separate processes on 127.0.0.1 (through
-``pipeline.distribute.run_dispatcher`` / ``run_worker``), reads one or more
+``pipeline.deliver.distribute.run_dispatcher`` / ``run_worker``), reads one or more
 epochs with ``processing_mode="dynamic"`` and reports images/s (after the first
 batch) and the workers' CPU-seconds. On a 2-core machine the consumer, the
 dispatcher and the workers share the same two cores: 2 workers cannot beat 1
@@ -11,7 +11,7 @@ by much, and the JSON says so rather than hiding it.
 k mod cores, ``os.sched_setaffinity`` before TensorFlow is imported): on this
 2-core machine, 1 worker with 1 core, then 2 workers with 1 core each. With
 ``--plan`` the script also measures the pipeline's local cost (images per
-CPU-second, ``pipeline.capacity.measure_cost``, the figure the capacity plan
+CPU-second, ``pipeline.tools.capacity.measure_cost``, the figure the capacity plan
 uses) and compares each configuration's measured images/s with the model's
 prediction, ``workers x cores each x images_per_cpu_sec``, and each worker's
 images per CPU-second with the local cost. ``--repeats`` alternates the
@@ -36,7 +36,7 @@ from absl import app, flags
 import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
 from common_flags import FLAGS, data_dir as _data_dir
 import peer_candidates as _peers  # benchmarks/peer_candidates.py (symlink_tree)
-from pipeline.benchmarking import harness as bench
+from pipeline.tools.bench import harness as bench
 
 common_flags.define(data_dir="Class-folder image root.",
                     num_images=(200, "Files used (first N in sorted order)."),
@@ -102,11 +102,11 @@ def run_config(num_workers, paths):
     import pipeline  # pylint: disable=import-outside-toplevel
     cores = sorted(os.sched_getaffinity(0))
     dport = _free_port()
-    procs = [_spawn("from pipeline.distribute import run_dispatcher\n"
+    procs = [_spawn("from pipeline.deliver.distribute import run_dispatcher\n"
                     f"run_dispatcher({dport})")]
     ports = [_free_port() for _ in range(num_workers)]
     for k, p in enumerate(ports):
-        procs.append(_spawn("from pipeline.distribute import run_worker\n"
+        procs.append(_spawn("from pipeline.deliver.distribute import run_worker\n"
                             f"run_worker('localhost:{dport}', {p})",
                             core=cores[k % len(cores)] if FLAGS.pin_workers else None))
     try:
@@ -215,7 +215,7 @@ def main(argv):
     cost = None
     with tempfile.TemporaryDirectory() as tmp:
         if FLAGS.plan:  # the local cost, on the same files, as the capacity plan measures it
-            from pipeline import capacity
+            from pipeline.tools import capacity
             linked = _peers.symlink_tree(FLAGS.data_dir, len(paths), os.path.join(tmp, "data"))
             cost = capacity.measure_cost(linked, (FLAGS.image_size, FLAGS.image_size),
                                          FLAGS.batch_size, augment=FLAGS.augment,

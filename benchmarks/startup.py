@@ -20,7 +20,7 @@ Each child reports:
   factory_sec      the factory call (listing, index, building the dataset);
   total_sec        factory + first batch (time to the first batch);
   first_batch_sec  total - factory;
-  index_sec        the listing inside the factory (``pipeline.index.
+  index_sec        the listing inside the factory (``pipeline.sources.index.
                    index_directory`` / ``keras.src.utils.dataset_utils.
                    index_directory``, timed by wrapping them);
   rss_after_import_mb, peak_rss_mb, rss_growth_mb
@@ -59,7 +59,7 @@ Tiny smoke run (the CI test)::
 
 The data folder: ``--data_dir``, else ``$PIPELINE_DATA_DIR``, else
 ``../shared/data/imagenet-sample`` beside the repository, else the built-in
-generated sample (``pipeline.sample.default_data_dir``).
+generated sample (``pipeline.tools.sample.default_data_dir``).
 """
 
 import json
@@ -132,7 +132,7 @@ def _child(spec):
     kind = spec["candidate"]
     if kind in ("pipeline", "scan"):
         import pipeline  # noqa: F401
-        from pipeline import index as index_lib
+        from pipeline.sources import index as index_lib
         # which checkout was measured, relative (no machine path in the results)
         out["pipeline_module"] = os.path.relpath(os.path.dirname(pipeline.__file__), REPO)
     else:
@@ -349,7 +349,7 @@ def plot(path, sizes, per_size, candidates):
 
 
 def run(data_dir, sizes, candidates, repeats, scan_sizes, tmp_dir, timeout):
-    from pipeline import sample
+    from pipeline.tools import sample
     per_size, loads = [], []
     for n in sizes:
         tree, build_sec = build_tree(data_dir, n, FLAGS.num_classes, tmp_dir)
@@ -453,7 +453,7 @@ def main(argv):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)  # skip TensorFlow's teardown (it can abort at exit)
-    from pipeline import sample
+    from pipeline.tools import sample
     data_dir = sample.default_data_dir(FLAGS.data_dir)
     try:
         sizes = [int(s) for s in FLAGS.sizes]
@@ -487,7 +487,7 @@ def main(argv):
     out["command"] = "python benchmarks/startup.py " + " ".join(
         f"--{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in (
             ("sizes", sizes), ("repeats", FLAGS.repeats), ("num_classes", FLAGS.num_classes)))
-    from pipeline.benchmarking import harness as bench
+    from pipeline.tools.bench import harness as bench
     bench.write_json(FLAGS.json_out, out)
     print()
     print(format_table(out))

@@ -4,14 +4,14 @@
 Writes the files of ``--data_dir`` twice to TFRecord shards (``pipeline.write_tfrecords``,
 same order): as they are (``original``) and re-encoded with the shorter side at
 ``--max_resolution`` (``stored``, JPEG ``--jpeg_quality``). Then runs, alternated
-``--repeats`` times, each in its own subprocess (``pipeline.benchmarking.harness``):
+``--repeats`` times, each in its own subprocess (``pipeline.tools.bench.harness``):
 
   records        pipeline.from_tfrecords, eval mode (resize to --image_size)
   records_train  the same with Augment(random_resized_crop=True, horizontal_flip=True)
 
 on both, and reports images/s, images per CPU-second (this process and its workers) and
 the speed-up ``stored / original`` of each. The PSNR cost: for every image, the
-reference resize (``pipeline.quality``: antialiased resize of the full decode) of the
+reference resize (``pipeline.transform.quality``: antialiased resize of the full decode) of the
 stored image against that of the original file, at ``--image_size``; median and 5th
 percentile. Also the write time and the shards' bytes.
 
@@ -27,9 +27,9 @@ from absl import app, flags
 import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
 from common_flags import FLAGS, data_dir as _data_dir
 import peer_candidates as _peers  # benchmarks/peer_candidates.py (registers records, records_train; symlink_tree)
-from pipeline.benchmarking import harness as bench
+from pipeline.tools.bench import harness as bench
 from pipeline import checks
-from pipeline import sample
+from pipeline.tools import sample
 
 common_flags.define(data_dir="Class-folder photo root.",
                     num_images=(0, "Use only the first N photos (linked into a temp folder); "
@@ -44,7 +44,8 @@ flags.DEFINE_integer("jpeg_quality", 90, "JPEG quality of the stored images.")
 def storage_psnr(stored_dir: str, size) -> dict:
     """PSNR summary of each stored image's reference resize against its original file's."""
     import tensorflow as tf
-    from pipeline import quality, shards
+    from pipeline.transform import quality
+    from pipeline.convert import shards
     spec = {"image": tf.io.FixedLenFeature([], tf.string),
             "path": tf.io.FixedLenFeature([], tf.string)}
     values = []

@@ -18,7 +18,7 @@ from absl import app, flags
 
 import common_flags  # benchmarks/common_flags.py (puts the repository on sys.path)
 from common_flags import FLAGS, data_dir as _data_dir
-from pipeline.benchmarking import harness as bench
+from pipeline.tools.bench import harness as bench
 
 common_flags.define(data_dir="Folder of images.", num_images=(64, "Images used."),
                     epochs=(2, "Epochs per source (alternating)."), batch_size=32,
@@ -45,7 +45,7 @@ def main(argv):
     del argv
     FLAGS.data_dir = _data_dir(FLAGS.data_dir)
     import pipeline
-    from pipeline import index as index_lib
+    from pipeline.sources import index as index_lib
 
     idx = index_lib.index_directory(FLAGS.data_dir)
     paths = idx.paths[:FLAGS.num_images]

@@ -1,9 +1,9 @@
 """Assemble: builds the tf.data graph of an Index (or TFRecord shards) + options.
 
 It makes the per-element work (read + decode + transform + augment: one
-parallel map, ``Stages``), the on_error check (``pipeline.guard``), the
+parallel map, ``Stages``), the on_error check (``pipeline.decode.guard``), the
 output structure, the cache file and the ``tf.data.Options``, and hands them
-to ``pipeline.plan.order``, which alone decides the order of the stages
+to ``pipeline.deliver.plan.order``, which alone decides the order of the stages
 (shard, shuffle, map, cache, guard, batch, dtype, prefetch, service, device).
 ``build`` is one line per stage, in data-flow order; ``Graph`` holds what the
 stages of one build share, and its methods are the stages.
@@ -32,19 +32,19 @@ from typing import Callable, Optional, Union
 import tensorflow as tf
 from absl import logging
 
-from pipeline import balance
-from pipeline import cachelock
+from pipeline.deliver import balance
+from pipeline.deliver import cachelock
 from pipeline import checks
 from pipeline import config as config_lib
-from pipeline import decode as decode_lib
-from pipeline import formats
-from pipeline import guard
-from pipeline import index as index_lib
-from pipeline import masks as masks_lib
-from pipeline import plan as plan_lib
-from pipeline import read
+from pipeline.decode import image as decode_lib
+from pipeline.decode import formats
+from pipeline.decode import guard
+from pipeline.sources import index as index_lib
+from pipeline.decode import masks as masks_lib
+from pipeline.deliver import plan as plan_lib
+from pipeline.sources import read
 from pipeline import stack
-from pipeline import transform
+from pipeline.transform import geometry as transform
 
 # Every function handed to tf.data here uses explicit tf.cond / switch_case,
 # never Python control flow on tensors, so AutoGraph's source conversion is
@@ -455,7 +455,7 @@ def cache_file(opts, source) -> str:
     still completes it, and the file is named again every epoch. The prefix
     is a literal path (``[ ] * ?`` in it are not patterns). What a writer
     stopped mid-epoch (SIGTERM, SIGKILL) left behind is removed when no
-    running process holds the cache (``pipeline.cachelock``).
+    running process holds the cache (``pipeline.deliver.cachelock``).
     """
     h = hashlib.sha1()
     parts = ["elements v3: decoded, before the guard", opts.image_size, opts.resize,
@@ -845,7 +845,7 @@ class Graph:
         return self.service if self.opts.service else None
 
     def service(self, ds):
-        from pipeline import distribute  # pylint: disable=import-outside-toplevel
+        from pipeline.deliver import distribute  # pylint: disable=import-outside-toplevel
         return ds.apply(distribute.service_transformation(self.opts))
 
     def attach(self, ds) -> tf.data.Dataset:

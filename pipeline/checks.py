@@ -28,7 +28,7 @@ import numpy as np
 # importing TensorFlow; ``config``, ``decode`` and ``cli`` all use this one value.
 DEFAULT_MAX_PIXELS = 178_956_970
 
-# Manifest files by extension (``pipeline.manifest`` reads them). Here, in the
+# Manifest files by extension (``pipeline.sources.manifest`` reads them). Here, in the
 # module that imports nothing heavy, so that the command line tells a manifest
 # SRC from a folder before TensorFlow loads.
 JSONL_EXTENSIONS = (".jsonl", ".json", ".ndjson")

@@ -4,7 +4,7 @@ Parsed by absl's argparse integration (``absl.flags.argparse_flags``), one sub-p
 command (docs/cli.md is the reference); ``bench``'s and ``service``'s flags are declared
 beside their arguments (``bench.FLAGS``, ``service_args.FLAGS``). It parses, calls the
 library and prints. The library's checks run first, before TensorFlow loads where they need
-none (``pipeline.checks``, ``pipeline.service_args``, ``pipeline.benchmarking.bench.check``);
+none (``pipeline.checks``, ``pipeline.deliver.service_args``, ``pipeline.tools.bench.bench.check``);
 a ``ValueError`` is a usage error (exit status 2) in the library's words, with the
 arguments named as the user typed them (``user_names``). While a command runs, its log
 lines are plain (``native_stderr.plain_log_lines``); ``service`` runs its server with
@@ -28,7 +28,7 @@ from absl.flags import argparse_flags
 
 from pipeline import checks
 from pipeline import native_stderr
-from pipeline import service_args
+from pipeline.deliver import service_args
 
 USAGE_ERROR = 2
 PROG = "python -m pipeline"
@@ -219,7 +219,7 @@ def _flags(bench_flags: list) -> Dict[str, list]:
 
 def build_parser() -> _Parser:
     """The parser of ``python -m pipeline``: one sub-parser per command (``COMMANDS``)."""
-    from pipeline.benchmarking import bench  # no TensorFlow
+    from pipeline.tools.bench import bench  # no TensorFlow
     lines = [f"  {n:<8} {t}" for n, t in COMMANDS.items()]
     top = _Parser(prog=PROG, formatter_class=_Formatter, allow_abbrev=False,
                   usage=f"{PROG} <command> [ARGS] [--flags]",
@@ -426,7 +426,7 @@ def _error(command_name: Optional[str], message: str) -> int:
 
 def _write_json(args, obj) -> None:
     """Writes ``obj`` to ``--json_out`` (checked before the work, in ``main``), if given."""
-    from pipeline.benchmarking import harness
+    from pipeline.tools.bench import harness
     if not args.json_out:
         return
     try:
@@ -440,12 +440,12 @@ def _write_json(args, obj) -> None:
 # --- bench ---------------------------------------------------------------------
 
 def _check_bench(args) -> None:
-    from pipeline.benchmarking import bench
+    from pipeline.tools.bench import bench
     bench.check(**bench.command_arguments(vars(args), args.given))
 
 
 def cmd_bench(args) -> int:
-    from pipeline.benchmarking import bench
+    from pipeline.tools.bench import bench
     try:
         out = bench.run(**bench.command_arguments(vars(args), args.given))
     except bench.PipelineFailed as e:
@@ -475,7 +475,7 @@ def _check_scan(args) -> None:
 
 
 def cmd_scan(args) -> int:
-    from pipeline import report as report_lib
+    from pipeline.tools import report as report_lib
     report = report_lib.scan(args.source, max_pixels=args.max_pixels,
                              follow_links=args.follow_links, progress=args.progress,
                              **_manifest_flags(args))
@@ -492,7 +492,7 @@ def _check_convert(args) -> None:
 
 
 def cmd_convert(args) -> int:
-    from pipeline import shards
+    from pipeline.convert import shards
 
     def quiet(record) -> bool:  # summary_lines says it instead
         return not record.getMessage().startswith(shards.FEWER_SHARDS)
@@ -535,7 +535,7 @@ def _check_service(args) -> None:
 
 
 def cmd_service(args) -> int:
-    from pipeline import distribute
+    from pipeline.deliver import distribute
     distribute.run_from_flags(args.role, vars(args))
     return 0
 

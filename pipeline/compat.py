@@ -26,9 +26,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from pipeline import index as index_lib
-from pipeline import plan
-from pipeline import sources
+from pipeline.sources import index as index_lib
+from pipeline.deliver import plan
+from pipeline.sources import factories as sources
 
 
 def _copy_attrs(src, dst):

@@ -393,7 +393,7 @@ class AugmentOptions:
         _set(self, augment_validation=checks.check_bool("augment_validation",
                                                         self.augment_validation))
         aug = self.augment
-        # a pipeline.Augment checks itself against the options (pipeline.augment)
+        # a pipeline.Augment checks itself against the options (pipeline.transform.augment)
         if aug is not None and not callable(getattr(aug, "check_options", None)):
             raise ValueError(f"`augment` must be None or a pipeline.Augment. "
                              f"{checks.received('augment', aug)}")
@@ -480,7 +480,7 @@ class ImageOptions:
             of the target aspect, shrunk by ``s / (s + 32)`` where ``s`` is the
             target's shorter side -- 224/256 at 224x224, as resizing the
             shorter side to 256 and cropping 224 -- then resized; see
-            ``pipeline.transform.center_crop_window``). "crop" and
+            ``pipeline.transform.geometry.center_crop_window``). "crop" and
             "center_crop" decode only their window of a JPEG.
         interpolation: a ``tf.image.resize`` method ("bilinear", "nearest",
             "bicubic", "area", "lanczos3", "lanczos5", "gaussian",
@@ -581,7 +581,7 @@ class ImageOptions:
         fast_jpeg: bool (default True): crop-before-decode of JPEGs for
             ``resize="crop"``, ``"center_crop"`` and random resized crops (only
             the window is decoded); it gives exactly the pixels of decoding
-            whole, then cropping (tests/test_fastpaths.py). False: every JPEG
+            whole, then cropping (tests/transform/test_fastpaths.py). False: every JPEG
             is decoded whole at full scale, then cropped and resized (the
             reference path; ``jpeg_dct_scaling`` has no effect).
         jpeg_dct_scaling: bool (default True): a JPEG is decoded at the
@@ -622,7 +622,7 @@ class ImageOptions:
         mask_mode: segmentation pairs only (``masks=``, ``masks_dir=``,
             ``mask_column=``): "index" (default: a palette image's index, a
             gray image's value, is the class) or "rgb" (colours mapped by
-            ``mask_colors``); see ``pipeline.masks``.
+            ``mask_colors``); see ``pipeline.decode.masks``.
         mask_colors: {(r, g, b): class} with ints in [0, 255], for
             ``mask_mode="rgb"`` (required there, refused otherwise).
         mask_pad_value: int in [0, 255] (default 255, the usual ignore

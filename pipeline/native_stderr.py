@@ -16,7 +16,7 @@ Used for:
   for a progressive one; ``Input file read error``; TensorFlow's ``Premature end
   of JPEG data. Stopped at line 14/40``). ``scan`` (and ``convert``'s check,
   which is a scan) decodes every file once (its diagnosis names a truncated
-  JPEG from its bytes, ``pipeline.guard.diagnose``); its report names the file
+  JPEG from its bytes, ``pipeline.decode.guard.diagnose``); its report names the file
   "truncated JPEG (no end-of-image marker)", which says the same with the path.
   Not dropped: libjpeg's descriptions of corrupt data (``Bogus Huffman table
   definition``, ``Corrupt JPEG data: 40 extraneous bytes before marker 0xd9``),

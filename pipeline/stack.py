@@ -450,9 +450,9 @@ def cpp_log_status() -> CppLogStatus:
     return _cpp_log
 
 
-# Which BMP variants go where (pipeline.decode.Decoder._bmp).
+# Which BMP variants go where (pipeline.decode.image.Decoder._bmp).
 BMP_DECODERS = ("tensorflow (24-bit uncompressed); other variants (1/4/8-bit palettes, RLE, "
-                "16/32-bit, bit fields, OS/2, v4/v5, top-down): pipeline.bmp graph ops when "
+                "16/32-bit, bit fields, OS/2, v4/v5, top-down): pipeline.decode.bmp graph ops when "
                 "some file is named .bmp/.dib, else (BMP content under another extension) "
                 "the Pillow fallback (slow path)")
 

@@ -7,8 +7,8 @@ Pillow's alpha).
 
 A crash (an exception other than a decode failure TensorFlow reports for a bad file) or a
 disagreement with Pillow stops the run and prints the input (atheris writes it as
-``crash-*``); each one found becomes a regular test (tests/test_fuzz_atheris.py). Run by
-``tests/test_fuzz_atheris.py`` (the slow tier), which builds the seed corpus.
+``crash-*``); each one found becomes a regular test (tests/decode/test_fuzz_atheris.py). Run by
+``tests/decode/test_fuzz_atheris.py`` (the slow tier), which builds the seed corpus.
 """
 
 import io
@@ -24,9 +24,9 @@ with atheris.instrument_imports(include=["pipeline"]):
     import tensorflow as tf
     from PIL import Image
 
-    from pipeline import bmp as bmp_lib
-    from pipeline import decode as decode_lib
-    from pipeline import formats
+    from pipeline.decode import bmp as bmp_lib
+    from pipeline.decode import image as decode_lib
+    from pipeline.decode import formats
 
 warnings.simplefilter("ignore")
 Image.MAX_IMAGE_PIXELS = 1 << 20  # fuzzed headers claim huge images: Pillow refuses them

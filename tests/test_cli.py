@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from conftest import run_cli
-from pipeline import cli, sample
-from pipeline.benchmarking import harness as bench
+from pipeline import cli
+from pipeline.tools import sample
+from pipeline.tools.bench import harness as bench
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -105,7 +106,7 @@ def test_usage_errors_exit_2_with_the_usage_line(args, says):
 def test_usage_errors_show_lists_as_typed_not_as_python_lists():
     """`--compare=keras,nope` was echoed as `['keras', 'nope']`, a Python list the user never
     typed (issue #15): list flags read back comma-separated, positionals as on the shell."""
-    from pipeline.benchmarking import candidates  # noqa: F401  registers them, as the command does
+    from pipeline.tools.bench import candidates  # noqa: F401  registers them, as the command does
     known = ", ".join(sorted(bench.CANDIDATES))
     cases = [
         (("bench", "--compare=keras,nope,nada"),
@@ -210,8 +211,8 @@ def test_register_refuses_main_and_records_the_module():
     with pytest.raises(ValueError, match="importable module"):
         bench.register("from_main", factory)
     assert "from_main" not in bench.CANDIDATES
-    from pipeline.benchmarking import candidates  # noqa: F401
-    assert bench.MODULES["pipeline"] == "pipeline.benchmarking.candidates"
+    from pipeline.tools.bench import candidates  # noqa: F401
+    assert bench.MODULES["pipeline"] == "pipeline.tools.bench.candidates"
     assert not {"torch", "tf1_queue", "pydataset", "keras_idg"} & set(bench.CANDIDATES) or \
         "peer_candidates" in sys.modules  # only benchmarks/peer_candidates.py adds the peers
 
@@ -220,7 +221,7 @@ def test_a_candidate_registered_outside_the_package_runs_in_its_subprocess(tmp_p
     """The worker imports the module that registered a candidate, from its folder."""
     (tmp_path / "my_peers.py").write_text(
         "import numpy as np\n"
-        "from pipeline.benchmarking import harness as bench\n"
+        "from pipeline.tools.bench import harness as bench\n"
         "def _ones(spec):\n"
         "    return [np.ones((2, 1)), np.ones((3, 1))]\n"
         "bench.register('ones_peer', _ones, 'two tiny batches')\n")
@@ -242,7 +243,7 @@ def test_a_candidate_registered_outside_the_package_runs_in_its_subprocess(tmp_p
 
 def test_scan_histogram_labels_are_ranges(tmp_path):
     from PIL import Image
-    from pipeline import report
+    from pipeline.tools import report
     assert report.BYTE_LABELS == ["0 B (empty)", "1 B-1 KB", "1 KB-10 KB", "10 KB-100 KB",
                                   "100 KB-1 MB", "1 MB-10 MB", "> 10 MB"]
     assert report.SIDE_LABELS[:3] == ["<= 64px", "64px-128px", "128px-256px"]
@@ -288,11 +289,11 @@ def test_default_data_dir_order(tmp_path, monkeypatch):
 # --- the API reference -----------------------------------------------------------
 
 def test_api_reference_is_generated_from_the_docstrings():
-    from pipeline import apidoc
+    from pipeline.tools import apidoc
     path = os.path.join(REPO, "docs", "api.md")
     with open(path, encoding="utf-8") as f:
         assert f.read() == apidoc.generate(), \
-            "docs/api.md differs from the docstrings: run python -m pipeline.apidoc"
+            "docs/api.md differs from the docstrings: run python -m pipeline.tools.apidoc"
 
 
 def test_readme_sends_readers_only_to_files_that_exist():
@@ -480,7 +481,8 @@ def test_a_shared_flag_shows_each_command_its_own_help():
 def test_max_pixels_default_in_the_help_is_the_one_the_code_uses():
     """scan --help said "(default Pillow's 178,956,970). [default: none]"."""
     from PIL import Image
-    from pipeline import checks, config, decode
+    from pipeline import checks, config
+    from pipeline.decode import image as decode
     limit = checks.DEFAULT_MAX_PIXELS
     assert limit == config.DEFAULT_MAX_PIXELS == config.ImageOptions().max_pixels
     assert decode.Decoder.__init__.__defaults__[1] == limit       # (channels, max_pixels, ...)
@@ -722,7 +724,7 @@ def test_import_pipeline_loads_tensorflow_on_first_use():
             "assert sorted(set(pipeline.__all__) - set(dir(pipeline))) == []\n"
             "f = pipeline.from_directory\nassert 'tensorflow' in sys.modules\n"
             "from pipeline import scan, compat, ErrorRecord\n"
-            "assert f.__module__ == 'pipeline.sources' and compat.__name__ == 'pipeline.compat'\n"
+            "assert f.__module__ == 'pipeline.sources.factories' and compat.__name__ == 'pipeline.compat'\n"
             "from pipeline import stack\nprint(stack.cpp_log_status().quiet)\n"
             "try:\n    pipeline.nope\nexcept AttributeError as e:\n    print(e)\n")
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
@@ -852,7 +854,7 @@ def test_service_port_errors_name_the_port():
 
 def test_a_failed_candidates_reason_is_its_last_lines_without_tensorflow_start_up_lines():
     """A failed bench child's reason once began with TF 2.21's start-up lines, cut mid-line."""
-    from pipeline.benchmarking import harness as bench
+    from pipeline.tools.bench import harness as bench
     stderr = "\n".join([
         "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
         "I0000 00:00:1796083960.110955   31660 port.cc:153] oneDNN custom operations are on.",
@@ -1123,7 +1125,8 @@ def test_output_paths_that_exist_but_cannot_be_written_are_usage_errors_first(tm
 
 def test_writable_checks_leave_nothing_and_truncate_nothing(tmp_path):
     import argparse
-    from pipeline import checks, shards
+    from pipeline import checks
+    from pipeline.convert import shards
     existing = tmp_path / "old.json"
     existing.write_text("keep me")
     checks.check_writable("json_out", str(existing))
@@ -1388,7 +1391,8 @@ def test_a_service_port_is_held_while_tensorflow_loads_and_checked_again_before_
     so one taken in between (here: right after the command frees it) is the same usage
     error, with no server started."""
     import socket
-    from pipeline import native_stderr, service_args
+    from pipeline import native_stderr
+    from pipeline.deliver import service_args
     port = _free_port()
     seen, grabbed = [], []
 
@@ -1496,7 +1500,7 @@ def test_plain_log_format_keeps_the_level_of_warnings():
 def test_plan_and_profile_wording():
     """`bench --plan` printed "1 workers"; `bench --profile`'s advice sent readers to
     `pipeline.build`, which is not public."""
-    from pipeline import capacity
+    from pipeline.tools import capacity
     plan = capacity.capacity_plan(500, 100, worker_cores=8, headroom=1.0)
     text = plan.table()
     assert plan.workers == 1 and plan.cores == 5
@@ -1504,7 +1508,7 @@ def test_plan_and_profile_wording():
     assert ": 1 worker (8 cores, 800 images/s flat out)" in text and "1 workers" not in text
     one = capacity.capacity_plan(100, 100, worker_cores=1, headroom=1.0).table()
     assert "-> 1 core\n" in one and "workers of 1 core (" in one and ": 1 worker (1 core, " in one
-    with open(os.path.join(REPO, "pipeline", "profiling.py")) as f:
+    with open(os.path.join(REPO, "pipeline", "tools", "profiling.py")) as f:
         source = f.read()
     with open(os.path.join(REPO, "docs", "api.md")) as f:
         api = f.read()
@@ -1593,7 +1597,7 @@ def test_a_flags_value_is_echoed_as_typed():
 
 
 def test_convert_summary_line():
-    from pipeline import shards
+    from pipeline.convert import shards
     meta = {"num_examples": 1234, "class_names": ["a"], "shards": [{}], "skipped": []}
     assert shards.summary_lines(meta, "out", 3.04) == [
         "wrote 1,234 records in 1 shard to out in 3.0 s (1 class); no bad files"]
@@ -1645,7 +1649,7 @@ def test_bench_bars_show_the_steady_rate_of_the_table(capsys):
 def test_bench_refuses_every_flag_its_report_does_not_read():
     """`bench --profile --compare=plain,keras` dropped --compare; `--plan ... --compare=plain`
     too; `--target_images_per_sec=100` without --plan or --profile ran the peer comparison."""
-    from pipeline.benchmarking import bench as bench_lib
+    from pipeline.tools.bench import bench as bench_lib
     bench_flags = set(cli.command_flags("bench"))
     read_by_all = {"data_dir", "image_size", "batch_size", "sample", "sample_images", "on_error",
                    "json_out", "plan", "profile", "progress"}

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import solid
-from pipeline.benchmarking import harness as bench
+from pipeline.tools.bench import harness as bench
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,8 +11,9 @@ import tensorflow as tf
 
 import pipeline
 from conftest import run_cli, solid
-from pipeline import capacity, config
-from pipeline.benchmarking import harness as bench
+from pipeline import config
+from pipeline.tools import capacity
+from pipeline.tools.bench import harness as bench
 
 SEED = "`seed` must be an int in [0, 2**63) or None. Received: seed="
 ON_ERROR = "`on_error` must be one of ['raise', 'skip']. Received: on_error="

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 import tensorflow as tf
 
-from pipeline import config, plan
+from pipeline import config
+from pipeline.deliver import plan
 
 
 def test_each_image_option_belongs_to_exactly_one_group():

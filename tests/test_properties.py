@@ -991,7 +991,7 @@ def test_pair_option_space(pair_corpus, cfg, tmp_path_factory):
                 for xi, yi, pi in zip(x, y, p):
                     mask = np.where(yi == cfg["mask_pad_value"], 255, yi)
                     if cfg["augment"] != "colour":  # (colour jitter moves the class colours;
-                        # that it leaves masks alone is tests/test_segmentation.py's)
+                        # that it leaves masks alone is tests/sources/test_segmentation.py's)
                         assert seg_data.mismatches(xi, mask) == 0, pi
                     if cfg["augment"] == "crop":  # nearest everywhere: the same classes
                         np.testing.assert_array_equal(seg_data.classes_of(xi), mask[..., 0],

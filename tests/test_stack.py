@@ -97,7 +97,7 @@ def test_doctor_report():
     # the doctor line for BMP says which variants take the Pillow fallback
     assert d["BMP"] == stack.BMP_DECODERS
     assert d["BMP"].startswith("tensorflow (24-bit uncompressed); other variants")
-    assert "Pillow fallback" in d["BMP"] and "pipeline.bmp" in d["BMP"]
+    assert "Pillow fallback" in d["BMP"] and "pipeline.decode.bmp" in d["BMP"]
     assert (d["WebP"] is not None) == (stack.core_webp() or st.available)
     # TIFF decodes on every stack (the Pillow fallback where tensorflow-io's ops do not load)
     assert d["TIFF"].startswith("tensorflow-io" if st.available else "Pillow fallback")
@@ -250,7 +250,7 @@ def test_a_level_set_by_the_user_is_left_alone(tmp_path):
 
 def test_stack_line_says_what_decodes_tiff_and_reads_s3():
     """The line bench and scan print first: TIFF/AVIF decode on every stack."""
-    from pipeline import report
+    from pipeline.tools import report
     line = report.stack_line()
     assert "refused" not in line, line
     if stack.tfio_status().available:
@@ -288,7 +288,7 @@ def test_the_jpeg_checks_are_traced_once_across_factory_calls(tmp_path):
     from PIL import Image  # pylint: disable=import-outside-toplevel
 
     import pipeline  # pylint: disable=import-outside-toplevel
-    from pipeline import decode  # pylint: disable=import-outside-toplevel
+    from pipeline.decode import image as decode  # pylint: disable=import-outside-toplevel
     for c in "ab":
         os.makedirs(tmp_path / c)
         Image.fromarray(np.full((8, 9, 3), 7, np.uint8)).save(tmp_path / c / "0.jpg")

@@ -1,0 +1,533 @@
+"""``write_tfrecords(beam_runner=...)``: the conversion to TFRecord shards on Apache Beam.
+
+The driver (this process) indexes the source and validates the options as the
+single-process writer does (``pipeline.convert.shards.write_tfrecords``), stores the index
+beside the output (``dataset.json.parts/index.pickle``, read once by each worker
+process), then runs:
+
+1. with ``on_error``, ``Check``: the files in chunks, each decoded by
+   ``pipeline.tools.report.scan_index`` (the single-process writer's check); bad files
+   leave through the tagged side output ``"bad"``;
+2. ``Layout`` (one element): the good rows, their seeded order
+   (``shard_writer.row_order``) and the shard count (``shard_writer.shard_count``), as the
+   single-process writer decides them: row ``j`` of the written order goes to shard
+   ``j % num_shards`` at place ``j // num_shards``. ``on_error="raise"`` with a bad
+   file fails the job here, before any shard is written (``BadFilesError`` in the
+   driver, every bad file named);
+3. ``Verify``: the shards a previous run completed (``dataset.json``'s or the
+   per-shard entries' counts and SHA-256) are kept;
+4. ``Encode``: each other row by ``shard_writer.encode_row`` (the one encoder), keyed by
+   its shard; ``GroupByKey``; ``WriteShard``: the records in their places, written
+   under a temporary name, renamed once complete, the shard's entry stored in
+   ``dataset.json.parts/``;
+5. the driver writes ``dataset.json`` (``shard_writer.sidecar``) and removes the parts.
+
+On this machine (``LOCAL_RUNNERS``) the job runs on Beam's FnApiRunner, built directly
+(``make_runner``: the DirectRunner's Prism attempt is never made). By default its one worker
+runs in this process and encodes each ``Encode`` element's rows on a thread per core
+(``encode_threads``), sharing one traced re-encoder (``shared_reencoder``), as the
+single-process writer's threads do; ``direct_running_mode=multi_processing`` starts worker
+processes instead, each importing TensorFlow and tracing its own re-encoder; worker threads
+(``multi_threading``) are refused (``check_local``).
+
+Files are read and written through ``tf.io.gfile`` / ``pipeline.sources.read``, the readers'
+file systems (local, ``gs://``, ``s3://``). Counters (namespace ``pipeline``:
+``files_checked``, ``bad_files``, ``records_encoded``, ``shards_written``,
+``shards_kept``) show as the job's progress where the runner reports metrics
+(Dataflow's job page, Flink's and Spark's UIs) and are logged when the job ends.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import difflib
+import functools
+import json
+import math
+import pickle
+import secrets
+import threading
+from typing import Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from pipeline import checks
+from pipeline import config
+from pipeline.sources import index as index_lib
+from pipeline.sources import read
+from pipeline.convert import shard_writer
+
+PARTS = "dataset.json.parts"
+INSTALL_HINT = "pip install '.[beam]' (from a checkout; or pip install 'tf-image-pipeline[beam]')"
+NAMESPACE = "pipeline"
+CHECK_CHUNK_MAX = 1000     # files per Check element (one scan_index graph each)
+ENCODE_CHUNK_MAX = 256     # rows per Encode element
+# Runners that run here, on Beam's FnApiRunner (check_local, encode_threads).
+LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "FnApiRunner")
+
+
+def require_beam():
+    """Imports ``apache_beam``; ImportError saying which extra to install when it is absent."""
+    try:
+        import apache_beam  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+        raise ImportError("write_tfrecords(beam_runner=...) needs apache-beam, which is not "
+                          f"installed: {INSTALL_HINT}. ({e})") from e
+    return apache_beam
+
+
+def check_local(runner: str, options) -> None:
+    """Refuses a local run (``LOCAL_RUNNERS``) whose FnApiRunner would run a stage's bundles
+    in threads of this process: ``direct_num_workers`` other than 1 with
+    ``direct_running_mode`` ``in_memory`` or ``multi_threading``.
+
+    Measured with apache-beam 2.77.0 (docs/limitations.md): ``multi_threading`` with 2
+    workers lost one encoded record between ``Encode`` and ``GroupByKey`` in 10 of 24
+    runs of the 1,000 sample photos (every record left ``Encode``; the shard check failed
+    the job: "124 records for 125 places"), and none in 13 runs with ``multi_processing``.
+    Where the loss sits in Beam is not found; a loss before ``Layout`` (the bad-file
+    check's lists) would not be caught. The default run (one in-process worker) encodes
+    on one thread per core (``encode_threads``) instead.
+
+    Raises:
+        ValueError: naming both options, the values received and what to use instead.
+    """
+    if runner not in LOCAL_RUNNERS:
+        return
+    from apache_beam.options import pipeline_options as po  # pylint: disable=import-outside-toplevel
+    direct = options.view_as(po.DirectOptions)
+    if direct.direct_running_mode != "multi_processing" and direct.direct_num_workers != 1:
+        raise ValueError(
+            f"`beam_options`: direct_running_mode={direct.direct_running_mode} with "
+            f"direct_num_workers={direct.direct_num_workers} runs Beam's workers as threads "
+            "of one process, which lost records here (apache-beam 2.77; docs/limitations.md). "
+            "Leave both unset (one in-process worker that encodes on a thread per core: the "
+            "fastest run on one machine) or give direct_running_mode=multi_processing. "
+            f"Received: beam_options with direct_running_mode={direct.direct_running_mode}, "
+            f"direct_num_workers={direct.direct_num_workers}")
+
+
+def encode_threads(runner: str, options) -> int:
+    """Threads each ``Encode`` element's rows are encoded on: the cores this process may
+    use (``checks.cpu_count()``) for a local run in this process (``LOCAL_RUNNERS``,
+    ``direct_running_mode=in_memory``), as the single-process writer's threads; 1
+    otherwise (``multi_processing`` and remote runners run a worker per core).
+
+    The threads share the process's TensorFlow and its traced re-encoder
+    (``shared_reencoder``); the encode (decode, resize, JPEG encode) runs in TensorFlow
+    ops, which release the GIL.
+    """
+    from apache_beam.options import pipeline_options as po  # pylint: disable=import-outside-toplevel
+    if runner in LOCAL_RUNNERS and options.view_as(
+            po.DirectOptions).direct_running_mode == "in_memory":
+        return checks.cpu_count()
+    return 1
+
+
+def make_runner(runner: str, options):
+    """The runner to give ``beam.Pipeline``: for ``DirectRunner`` (and
+    ``SwitchingDirectRunner``) Beam's ``FnApiRunner``, built as the DirectRunner builds it
+    for a batch job (the pipeline options in its provision info), so that the
+    DirectRunner's first attempt, the Prism runner (downloaded from GitHub, then started),
+    is never made; any other runner: its name, for Beam to create."""
+    if runner not in ("DirectRunner", "SwitchingDirectRunner"):
+        return runner
+    # pylint: disable=import-outside-toplevel
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+
+
+def pipeline_options(runner: str, flags: List[str]):
+    """Beam's ``PipelineOptions`` of ``flags`` (``checks.check_beam``'s) with ``runner``.
+
+    Raises:
+        ValueError: a flag that no Beam options class defines (named, with the closest
+            known flag); a local run on worker threads (``check_local``).
+        ImportError: apache-beam is not installed (``require_beam``).
+    """
+    require_beam()
+    from apache_beam.options import pipeline_options as po  # pylint: disable=import-outside-toplevel
+    options = po.PipelineOptions(flags, runner=runner)
+    known = options.get_all_options()
+    unknown = set(options.get_all_options(retain_unknown_options=True)) - set(known)
+    for flag in flags:
+        key = flag[2:].partition("=")[0]
+        if key in unknown:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            raise ValueError(
+                f"`beam_options`: Beam has no option {key!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f". Received: beam_options item {flag!r}")
+    check_local(runner, options)
+    return options
+
+
+def _parts(output_dir: str, name: str = "") -> str:
+    return read.join(read.join(output_dir, PARTS), name) if name else read.join(output_dir, PARTS)
+
+
+def _read_json(path: str):
+    with tf.io.gfile.GFile(path, "r") as f:
+        return json.loads(f.read())
+
+
+def _write_json(path: str, value) -> None:
+    tmp = f"{path}.tmp-{secrets.token_hex(4)}"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(json.dumps(value, indent=1))
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def _listing(path: str) -> List[str]:
+    try:
+        return [n.rstrip("/") for n in tf.io.gfile.listdir(path)]
+    except tf.errors.NotFoundError:
+        return []
+
+
+def previous_run(output_dir: str, plan: str):
+    """What a previous run of the same conversion left in ``output_dir``.
+
+    Returns:
+        (the seed an unfinished run drew, or None; {shard file: its entry} of the shards
+        it completed, to verify).
+
+    Raises:
+        ValueError: ``output_dir`` holds shards or a ``dataset.json`` of another
+            conversion (another source, order or options: ``plan_sha256`` differs), or
+            shards that no sidecar describes.
+    """
+    listing = _listing(output_dir)
+    sidecar_path = read.join(output_dir, shard_writer.SIDECAR)
+    plan_path = _parts(output_dir, "plan.json")
+    found, seed, entries = None, None, {}
+    if shard_writer.SIDECAR in listing:
+        found = _read_json(sidecar_path)
+        entries = {e["file"]: e for e in found.get("shards", []) if "records_sha256" in e}
+    elif PARTS in listing and tf.io.gfile.exists(plan_path):
+        found = _read_json(plan_path)
+        seed = found.get("seed")
+        for name in _listing(_parts(output_dir)):
+            if name.endswith(".tfrecord.json"):
+                e = _read_json(_parts(output_dir, name))
+                entries[e["file"]] = e
+    elif any(n.endswith(".tfrecord") for n in listing):
+        found = {}
+    if found is not None and found.get("plan_sha256") != plan:
+        what = "another conversion (another source, order or options)" if found.get(
+            "plan_sha256") else "shards that no resumable run describes"
+        raise ValueError(
+            f"`output_dir` already holds {what}: writing this one beside them would mix two "
+            "datasets. Use an empty folder, or rerun with the arguments of the run that wrote "
+            f"them to resume it. Received: output_dir={output_dir!r}")
+    return seed, entries
+
+
+# --- the workers' side -----------------------------------------------------------
+
+@functools.lru_cache(maxsize=4)
+def _load_index(path: str) -> index_lib.Index:
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return pickle.loads(f.read())
+
+
+@functools.lru_cache(maxsize=4)
+def _order(n: int, seed: int, shuffle: bool) -> np.ndarray:
+    return shard_writer.row_order(n, seed) if shuffle else np.arange(n)
+
+
+_REENCODER_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=4)
+def _reencoder_cached(max_resolution: int, jpeg_quality: int, max_pixels: Optional[int]):
+    f = shard_writer.resolution_reencoder(max_resolution, jpeg_quality, max_pixels)
+    f.get_concrete_function()  # traced once, before the worker threads call it
+    return f
+
+
+def shared_reencoder(max_resolution: int, jpeg_quality: int, max_pixels: Optional[int]):
+    """``shard_writer.resolution_reencoder(...)``, built and traced once per process: the
+    encode threads of the in-process run (``encode_threads``) and every ``Encode``
+    instance of the process share it, as the single-process writer's threads share its one
+    (a build and trace costs about 1.4 CPU-s here, its first calls about 0.9 more)."""
+    with _REENCODER_LOCK:
+        return _reencoder_cached(max_resolution, jpeg_quality, max_pixels)
+
+
+def _counter(name: str):
+    from apache_beam.metrics import Metrics  # pylint: disable=import-outside-toplevel
+    return Metrics.counter(NAMESPACE, name)
+
+
+def _dofns():
+    """The pipeline's DoFns (defined once apache_beam is importable)."""
+    import apache_beam as beam  # pylint: disable=import-outside-toplevel
+
+    class Check(beam.DoFn):
+        """A chunk ``(start, stop)`` of the index -> good rows ``(row, size)``; bad ones
+        ``(row, path, reason)`` to the ``"bad"`` output (``report.scan_index``)."""
+
+        def __init__(self, index_path, max_pixels, need_sizes):
+            self.index_path, self.max_pixels, self.need_sizes = (
+                index_path, max_pixels, need_sizes)
+
+        def setup(self):  # the output's file system on this worker (s3://: tensorflow-io)
+            read.ensure_filesystem(self.index_path, in_graph=True)
+
+        def process(self, chunk):
+            from pipeline.tools import report  # pylint: disable=import-outside-toplevel
+            idx = _load_index(self.index_path)
+            rows = list(range(*chunk))
+            found = report.scan_index(idx.subset(rows), max_pixels=self.max_pixels,
+                                      progress=False)
+            bad = {b["path"]: b["reason"] for b in found.bad_files}
+            _counter("files_checked").inc(len(rows))
+            _counter("bad_files").inc(sum(idx.paths[r] in bad for r in rows))
+            for r in rows:
+                path = idx.paths[r]
+                if path in bad:
+                    yield beam.pvalue.TaggedOutput("bad", (r, path, bad[path]))
+                else:
+                    yield r, (read.file_size(path) if self.need_sizes else 0)
+
+    class Encode(beam.DoFn):
+        """A chunk ``(start, stop)`` of the written order -> ``(shard, (place, record,
+        format, has_exif, re-encoded, mask format))`` for each row of a shard to write,
+        the rows encoded on ``threads`` threads (``encode_threads``)."""
+
+        def __init__(self, index_path, shuffle, max_resolution, jpeg_quality, max_pixels,
+                     threads=1):
+            self.index_path, self.shuffle, self.threads = index_path, shuffle, threads
+            self.max_resolution, self.jpeg_quality, self.max_pixels = (
+                max_resolution, jpeg_quality, max_pixels)
+            self.reencode = self.pool = None
+
+        def setup(self):
+            read.ensure_filesystem(self.index_path, in_graph=True)
+            if self.max_resolution is not None:
+                self.reencode = shared_reencoder(self.max_resolution, self.jpeg_quality,
+                                                 self.max_pixels)
+            if self.threads > 1:
+                self.pool = concurrent.futures.ThreadPoolExecutor(self.threads)
+
+        def teardown(self):
+            if self.pool is not None:
+                self.pool.shutdown()
+
+        def process(self, chunk, layout, kept):
+            idx = _load_index(self.index_path)
+            n, s = layout["num_examples"], layout["num_shards"]
+            order = _order(n, layout["seed"], self.shuffle)
+            good = layout["good"]
+            kept = set(kept)
+            todo = [j for j in range(*chunk)
+                    if shard_writer.SHARD_PATTERN.format(j % s, s) not in kept]
+            rows = [int(order[j]) if good is None else int(good[order[j]]) for j in todo]
+
+            def encode(row):
+                return shard_writer.encode_row(idx, row, self.reencode)
+
+            encoded = self.pool.map(encode, rows) if self.pool else map(encode, rows)
+            for j, record in zip(todo, encoded):
+                _counter("records_encoded").inc()
+                yield j % s, (j // s,) + record
+
+    class WriteShard(beam.DoFn):
+        """``(shard, records)`` -> the shard written (temporary name, then renamed) and its
+        entry in ``dataset.json.parts/``."""
+
+        def __init__(self, output_dir, reencoding, masks):
+            self.output_dir, self.reencoding, self.masks = output_dir, reencoding, masks
+
+        def setup(self):
+            read.ensure_filesystem(self.output_dir, in_graph=True)
+
+        def process(self, item, layout):
+            k, records = item
+            records = sorted(records, key=lambda r: r[0])
+            n, s = layout["num_examples"], layout["num_shards"]
+            want = len(range(k, n, s))
+            places = [r[0] for r in records]
+            if places != list(range(want)):
+                raise RuntimeError(f"shard {k}: {len(places)} records for {want} places "
+                                   f"(places {places[:10]}...): a row lost or doubled")
+            name = shard_writer.SHARD_PATTERN.format(k, s)
+            entry = shard_writer.write_shard_file(self.output_dir, name, (r[1:] for r in records),
+                                            self.reencoding, self.masks, temporary=True)
+            _write_json(_parts(self.output_dir, name + ".json"), entry)
+            _counter("shards_written").inc()
+            yield name
+
+    def layout(good, bad, *, parts_dir, on_error, num_shards, n_all, seed):
+        """The good rows (sorted) -> the layout; writes ``layout.json``; fails the job on
+        ``on_error="raise"`` with a bad file, or when every file is bad."""
+        good_rows = sorted(good)
+        bad = sorted(bad)
+        sizes = dict(good_rows)
+        rows = np.array([r for r, _ in good_rows], np.int64)
+        fail = bool(bad) and (config.OnError.of(on_error).raises or not len(rows))
+        s = 0 if fail else shard_writer.shard_count(
+            num_shards, len(rows), lambda: np.array([sizes[r] for r in rows.tolist()]),
+            len(bad))
+        out = {"num_examples": int(len(rows)), "num_shards": int(s), "seed": seed,
+               "bad": [[r, p, why] for r, p, why in bad], "failed": fail}
+        _write_json(read.join(parts_dir, "layout.json"), out)
+        if fail:
+            records = [shards_guard_record(p, why) for _, p, why in bad]
+            raise shard_writer.BadFilesError(records, n_all, shard_writer.bad_files_message(
+                records, n_all, on_error))
+        out["good"] = rows if len(bad) else None
+        return out
+
+    def verify(entry, *, output_dir):
+        """A previous run's shard entry -> its name when the file is there, whole."""
+        read.ensure_filesystem(output_dir, in_graph=True)
+        path = read.join(output_dir, entry["file"])
+        if tf.io.gfile.exists(path) and shard_writer.records_sha256(path) == entry[
+                "records_sha256"]:
+            _write_json(_parts(output_dir, entry["file"] + ".json"), entry)
+            _counter("shards_kept").inc()
+            yield entry["file"]
+
+    return Check, Encode, WriteShard, layout, verify
+
+
+def shards_guard_record(path: str, reason: str):
+    from pipeline.decode import guard  # pylint: disable=import-outside-toplevel
+    return guard.ErrorRecord(path, reason)
+
+
+def _chunks(n: int, most: int, pieces: int = 32):
+    size = max(1, min(most, math.ceil(n / pieces))) if n else 1
+    return [(a, min(a + size, n)) for a in range(0, n, size)]
+
+
+def write(idx: index_lib.Index, output_dir: str, plan: str, runner: str, flags: List[str], *,
+          progress: bool, shuffle: bool, seed: Optional[int], num_shards: Optional[int],
+          on_error: Optional[str], max_pixels: Optional[int], max_resolution: Optional[int],
+          jpeg_quality: int) -> dict:
+    """Runs the conversion of ``idx`` (validated by ``pipeline.convert.shards.write_tfrecords``) on Beam.
+
+    Returns:
+        the ``dataset.json`` written (as the single-process writer's).
+
+    Raises:
+        ValueError: an option Beam does not know; ``output_dir`` holding another
+            conversion (``previous_run``).
+        BadFilesError: as the single-process writer (``on_error``).
+        Exception: the runner's, when the job fails otherwise.
+    """
+    beam = require_beam()
+    options = pipeline_options(runner, flags)
+    drawn, candidates = previous_run(output_dir, plan)
+    if seed is None:  # an unseeded order: drawn once, kept in plan.json for a rerun
+        if drawn is None:  # (a finished run keeps no seed: its shards are all written anew)
+            candidates = {}
+        seed = drawn if drawn is not None else secrets.randbits(63)
+    parts_dir = _parts(output_dir)
+    existed = read.exists(output_dir)
+    tf.io.gfile.makedirs(parts_dir)
+    index_path = _parts(output_dir, "index.pickle")
+    with tf.io.gfile.GFile(index_path, "wb") as f:
+        f.write(pickle.dumps(idx, protocol=pickle.HIGHEST_PROTOCOL))
+    _write_json(_parts(output_dir, "plan.json"), {"plan_sha256": plan, "seed": seed})
+    layout_path = _parts(output_dir, "layout.json")
+    if tf.io.gfile.exists(layout_path):
+        tf.io.gfile.remove(layout_path)
+    Check, Encode, WriteShard, layout_fn, verify = _dofns()
+    n_all = len(idx)
+    if on_error is None:
+        n_shards = shard_writer.shard_count(num_shards, n_all, idx.sizes)
+        fixed = {"num_examples": n_all, "num_shards": n_shards, "seed": seed, "bad": [],
+                 "failed": False}
+        _write_json(layout_path, fixed)
+        fixed["good"] = None
+    logging.info("write_tfrecords: %d files on Beam's %s (%s)", n_all, runner,
+                 " ".join(flags) or "default options")
+
+    p = beam.Pipeline(runner=make_runner(runner, options), options=options)
+    if on_error is None:
+        layout = p | "Layout" >> beam.Create([fixed])
+    else:
+        checked = (p | "Files" >> beam.Create(_chunks(n_all, CHECK_CHUNK_MAX, 4))
+                   | "Spread files" >> beam.Reshuffle()
+                   | "Check" >> beam.ParDo(Check(index_path, max_pixels, num_shards is None))
+                   .with_outputs("bad", main="good"))
+        bad = checked.bad | "Bad files" >> beam.combiners.ToList()
+        layout = (checked.good | "Good files" >> beam.combiners.ToList()
+                  | "Layout" >> beam.Map(layout_fn, beam.pvalue.AsSingleton(bad),
+                                         parts_dir=parts_dir, on_error=on_error,
+                                         num_shards=num_shards, n_all=n_all, seed=seed))
+    kept = (p | "Previous shards" >> beam.Create(sorted(candidates.values(),
+                                                        key=lambda e: e["file"]))
+            | "Verify" >> beam.FlatMap(verify, output_dir=output_dir))
+    layout_side = beam.pvalue.AsSingleton(layout)
+    (layout
+     | "Rows" >> beam.FlatMap(lambda lay: _chunks(lay["num_examples"], ENCODE_CHUNK_MAX, 64))
+     | "Spread rows" >> beam.Reshuffle()
+     | "Encode" >> beam.ParDo(Encode(index_path, shuffle, max_resolution, jpeg_quality,
+                                     max_pixels, encode_threads(runner, options)),
+                              layout_side, beam.pvalue.AsList(kept))
+     | "By shard" >> beam.GroupByKey()
+     | "Write shards" >> beam.ParDo(WriteShard(output_dir, max_resolution is not None,
+                                               idx.mask_paths is not None), layout_side))
+    try:
+        result = p.run()
+        result.wait_until_finish()
+    except Exception:
+        if tf.io.gfile.exists(layout_path):
+            lay = _read_json(layout_path)
+            if lay.get("failed"):  # nothing written, nothing to resume: as the single writer
+                _clean(output_dir)
+                if not existed and not _listing(output_dir):
+                    tf.io.gfile.rmtree(output_dir)
+                records = [shards_guard_record(path, why) for _, path, why in lay["bad"]]
+                raise shard_writer.BadFilesError(records, n_all, shard_writer.bad_files_message(
+                    records, n_all, on_error)) from None
+        raise
+    _log_counters(result, progress)
+
+    lay = _read_json(layout_path)
+    bad_rows = {r for r, _, _ in lay["bad"]}
+    good_idx = idx.subset([r for r in range(n_all) if r not in bad_rows]) if bad_rows else idx
+    entries = []
+    for k in range(lay["num_shards"]):
+        name = shard_writer.SHARD_PATTERN.format(k, lay["num_shards"])
+        entries.append(_read_json(_parts(output_dir, name + ".json")))
+    skipped = None if on_error is None else [{"path": p_, "reason": why}
+                                             for _, p_, why in lay["bad"]]
+    meta = shard_writer.sidecar(good_idx, entries, plan, max_resolution, jpeg_quality, skipped)
+    with tf.io.gfile.GFile(read.join(output_dir, shard_writer.SIDECAR), "w") as f:
+        f.write(json.dumps(meta, indent=1))
+    _clean(output_dir)
+    return meta
+
+
+def _clean(output_dir: str) -> None:
+    """Removes the parts folder and the temporary files of failed attempts."""
+    tf.io.gfile.rmtree(_parts(output_dir))
+    for name in _listing(output_dir):
+        if ".tfrecord.tmp-" in name:
+            tf.io.gfile.remove(read.join(output_dir, name))
+
+
+def _log_counters(result, progress: bool) -> Dict[str, int]:
+    counts = {}
+    try:
+        for c in result.metrics().query()["counters"]:
+            if c.key.metric.namespace == NAMESPACE:
+                counts[c.key.metric.name] = counts.get(c.key.metric.name, 0) + int(
+                    c.committed if c.committed is not None else c.attempted)
+    except Exception:  # noqa: BLE001  a runner without metrics: nothing to report
+        return counts
+    if counts and progress:
+        logging.info("write_tfrecords on Beam: %s", ", ".join(
+            f"{k} {v:,}" for k, v in sorted(counts.items())))
+    return counts

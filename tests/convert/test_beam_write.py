@@ -1,0 +1,350 @@
+"""write_tfrecords(beam_runner=...): the same shards and sidecar as the single-process writer.
+
+The option checks and the missing-extra error run everywhere; the Beam runs (marked
+``beam``) need apache-beam (the ``[beam]`` extra, constraints/*-beam.txt) and skip, saying
+so, where it is not installed.
+"""
+
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import pipeline
+from pipeline.convert import beam_write
+from pipeline.convert import shards
+
+TWO_WORKERS = "direct_running_mode=multi_processing,direct_num_workers=2"
+IN_PROCESS = "direct_running_mode=in_memory"
+BAD = os.path.join("dog", "broken.jpg")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """36 small photos in 3 classes (JPEG, a third PNG; some JPEGs with an EXIF
+    rotation) and one bad file (JPEG bytes cut after the header)."""
+    root = str(tmp_path_factory.mktemp("beam") / "src")
+    rng = np.random.RandomState(7)
+    for c, name in enumerate(("cat", "dog", "eel")):
+        os.makedirs(os.path.join(root, name))
+        for k in range(12):
+            img = Image.fromarray(rng.randint(0, 256, (24 + k, 40 - k, 3), np.uint8))
+            path = os.path.join(root, name, f"{k:02d}.{'png' if k % 3 == 0 else 'jpg'}")
+            if k % 3 == 1:
+                exif = Image.Exif()
+                exif[0x0112] = 6  # orientation: rotate 90
+                img.save(path, exif=exif.tobytes())
+            else:
+                img.save(path)
+    whole = open(os.path.join(root, "dog", "01.jpg"), "rb").read()
+    open(os.path.join(root, BAD), "wb").write(whole[:200])
+    return root
+
+
+def _files(out):
+    return {f: open(os.path.join(out, f), "rb").read() for f in sorted(os.listdir(out))}
+
+
+@pytest.fixture(scope="module")
+def single(folder, tmp_path_factory):
+    """The single-process writer's output (on_error="skip", 4 shards): its folder."""
+    out = str(tmp_path_factory.mktemp("single") / "out")
+    shards.write_tfrecords(folder, out, 4, on_error="skip", seed=5, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def beam():
+    return pytest.importorskip("apache_beam", reason="apache-beam is not installed "
+                               "(pip install '.[beam]'; constraints/*-beam.txt)")
+
+
+# --- the options, checked before anything is read (no Beam needed) --------------------
+
+@pytest.mark.parametrize("runner", ["Direct", "directrunner", "", "Dataflow Runner", 3])
+def test_unknown_runner_is_a_value_error_naming_it_and_the_accepted_forms(runner, folder,
+                                                                          tmp_path):
+    with pytest.raises(ValueError) as e:
+        pipeline.write_tfrecords(folder, str(tmp_path / "o"), beam_runner=runner)
+    text = str(e.value)
+    assert f"Received: beam_runner={runner!r}" in text
+    assert "DirectRunner" in text and "DataflowRunner" in text and "SparkRunner" in text
+    assert "dotted path" in text
+    assert not os.path.exists(tmp_path / "o")
+
+
+@pytest.mark.parametrize("options, item", [
+    ("direct_num_workers", "direct_num_workers"),            # no "="
+    ("a=1,,b=2", ""),                                        # an empty item
+    ("2x=1", "2x=1"),                                        # the key is no identifier
+    ("=1", "=1"),
+    (["direct_num_workers=2"], "direct_num_workers=2"),      # a list item without "--"
+    (["--=2"], "--=2"),
+])
+def test_malformed_beam_options_are_a_value_error_naming_the_item_and_forms(options, item,
+                                                                            folder, tmp_path):
+    with pytest.raises(ValueError) as e:
+        pipeline.write_tfrecords(folder, str(tmp_path / "o"), beam_runner="DirectRunner",
+                                 beam_options=options)
+    text = str(e.value)
+    assert f"item {item!r}" in text
+    assert "'key=value,key=value'" in text and "'--flag=value'" in text
+    assert f"Received: beam_options={options!r}" in text
+
+
+def test_beam_options_checks_runner_kind_and_company(folder, tmp_path):
+    out = str(tmp_path / "o")
+    with pytest.raises(ValueError, match=r"give it as `beam_runner`.*beam_options='runner=Spa"):
+        pipeline.write_tfrecords(folder, out, beam_runner="DirectRunner",
+                                 beam_options="runner=SparkRunner")
+    with pytest.raises(ValueError, match=r"only used with `beam_runner`.*Received: "
+                                         r"beam_options='direct_num_workers=2'"):
+        pipeline.write_tfrecords(folder, out, beam_options="direct_num_workers=2")
+    with pytest.raises(ValueError, match=r"must be a comma-separated.*Received: beam_options=7"):
+        pipeline.write_tfrecords(folder, out, beam_runner="DirectRunner", beam_options=7)
+    with pytest.raises(ValueError, match=r"the runner decides the workers.*num_workers=3"):
+        pipeline.write_tfrecords(folder, out, beam_runner="DirectRunner", num_workers=3)
+    assert pipeline.checks.check_beam("DataflowRunner", "project=p, region=us-central1") == (
+        "DataflowRunner", ["--project=p", "--region=us-central1"])
+    assert pipeline.checks.check_beam("my.runners.FastRunner", ["--experiments=a,b", "--x"]) == (
+        "my.runners.FastRunner", ["--experiments=a,b", "--x"])
+    assert not os.path.exists(out)
+
+
+def test_missing_apache_beam_says_which_extra_to_install(folder, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "apache_beam", None)  # as where it is not installed
+    with pytest.raises(ImportError, match=r"needs apache-beam.*pip install '\.\[beam\]'"):
+        pipeline.write_tfrecords(folder, str(tmp_path / "o"), beam_runner="DirectRunner")
+    assert not os.path.exists(tmp_path / "o")
+
+
+# --- on Beam's DirectRunner ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_workers(beam, folder, single, tmp_path_factory):
+    """The DirectRunner's output, 2 worker processes, the single writer's arguments."""
+    out = str(tmp_path_factory.mktemp("beam2") / "out")
+    meta = shards.write_tfrecords(folder, out, 4, on_error="skip", seed=5, progress=False,
+                                  beam_runner="DirectRunner", beam_options=TWO_WORKERS)
+    return out, meta
+
+
+@pytest.mark.beam
+def test_two_workers_write_the_single_process_writers_shards_byte_for_byte(two_workers,
+                                                                            single, folder):
+    out, meta = two_workers
+    want, got = _files(single), _files(out)
+    assert sorted(got) == sorted(want) == ["data-0000%d-of-00004.tfrecord" % k
+                                           for k in range(4)] + ["dataset.json"]
+    for name in want:
+        assert got[name] == want[name], name  # the sidecar's text too
+    assert meta == json.loads(want["dataset.json"])
+    assert meta["num_examples"] == 36 and [s["num_examples"] for s in meta["shards"]] == [9] * 4
+    assert [s["path"] for s in meta["skipped"]] == [os.path.join(folder, BAD)]
+    assert meta["skipped"][0]["reason"]  # the single writer's reason (the sidecars are equal)
+
+
+@pytest.mark.beam
+def test_shards_read_back_every_good_file_exactly_once(two_workers, folder):
+    out, _ = two_workers
+    from io_helpers import stored_paths  # the records' paths, shard by shard
+    stored = stored_paths(out)
+    good = sorted(os.path.join(folder, c, f) for c in ("cat", "dog", "eel")
+                  for f in os.listdir(os.path.join(folder, c)) if f != "broken.jpg")
+    assert sorted(stored) == good and len(set(stored)) == 36
+    ds = pipeline.from_tfrecords(out, image_size=(8, 8), batch_size=5, shuffle=False)
+    labels = np.concatenate([y.numpy() for _, y in ds])
+    assert len(labels) == 36 and np.bincount(labels).tolist() == [12, 12, 12]
+    assert pipeline.errors(ds) == []
+
+
+@pytest.mark.beam
+def test_raise_fails_the_job_naming_the_bad_file_and_writes_no_shard(beam, folder, tmp_path):
+    out = str(tmp_path / "o")
+    with pytest.raises(shards.BadFilesError) as e:
+        shards.write_tfrecords(folder, out, 4, on_error="raise", progress=False,
+                               beam_runner="DirectRunner", beam_options=IN_PROCESS)
+    assert BAD in str(e.value) and "1 bad files of 37" in str(e.value)
+    assert [r.path for r in e.value.records] == [os.path.join(folder, BAD)]
+    assert not os.path.exists(out)  # nothing written, as the single-process writer
+
+
+@pytest.mark.beam
+def test_resized_and_unchecked_rows_match_the_single_process_writer(beam, folder, tmp_path):
+    kw = dict(num_shards=3, max_resolution=16, jpeg_quality=80, seed=2, progress=False)
+    a = shards.write_tfrecords(folder, str(tmp_path / "a"), **kw)
+    b = shards.write_tfrecords(folder, str(tmp_path / "b"), beam_runner="DirectRunner",
+                               beam_options=IN_PROCESS, **kw)
+    assert a == b and a["reencoded"] > 20 and "skipped" not in a
+    assert _files(str(tmp_path / "a")) == _files(str(tmp_path / "b"))
+
+
+@pytest.mark.beam
+def test_rerun_keeps_complete_shards_and_writes_the_missing_and_damaged(two_workers, single,
+                                                                       folder, tmp_path):
+    out = str(tmp_path / "o")
+    shutil.copytree(two_workers[0], out)
+    os.remove(os.path.join(out, "data-00001-of-00004.tfrecord"))
+    damaged = os.path.join(out, "data-00002-of-00004.tfrecord")
+    data = open(damaged, "rb").read()
+    open(damaged, "wb").write(data[:len(data) // 2])
+    untouched = {f: os.stat(os.path.join(out, f)).st_mtime_ns
+                 for f in ("data-00000-of-00004.tfrecord", "data-00003-of-00004.tfrecord")}
+    meta = shards.write_tfrecords(folder, out, 4, on_error="skip", seed=5, progress=False,
+                                  beam_runner="DirectRunner", beam_options=IN_PROCESS)
+    assert _files(out) == _files(single)
+    assert meta == json.loads(_files(single)["dataset.json"])
+    for f, mtime in untouched.items():
+        assert os.stat(os.path.join(out, f)).st_mtime_ns == mtime, f"{f} was written again"
+
+
+@pytest.mark.beam
+def test_rerun_of_an_interrupted_job_keeps_its_finished_shards(beam, folder, single, tmp_path):
+    out = str(tmp_path / "o")
+    # Shard 3's entry cannot be stored (a folder stands at its path): the job fails after
+    # some shards are complete, as a job that dies midway.
+    blocker = os.path.join(out, beam_write.PARTS, "data-00003-of-00004.tfrecord.json")
+    os.makedirs(blocker)
+    kw = dict(num_shards=4, on_error="skip", seed=5, progress=False,
+              beam_runner="DirectRunner", beam_options=IN_PROCESS)
+    with pytest.raises(Exception):
+        shards.write_tfrecords(folder, out, **kw)
+    assert not os.path.exists(os.path.join(out, "dataset.json"))
+    os.rmdir(blocker)
+    parts = os.path.join(out, beam_write.PARTS)
+    done = {f[:-len(".json")] for f in os.listdir(parts) if f.endswith(".tfrecord.json")}
+    kept = {f: os.stat(os.path.join(out, f)).st_mtime_ns for f in done}
+    # The in-process runner writes the shards in key order: those before shard 3 are done.
+    assert done and "data-00003-of-00004.tfrecord" not in done, done
+    meta = shards.write_tfrecords(folder, out, **kw)
+    assert _files(out) == _files(single)
+    assert meta == json.loads(_files(single)["dataset.json"])
+    for f, mtime in kept.items():
+        assert os.stat(os.path.join(out, f)).st_mtime_ns == mtime, f"{f} was written again"
+
+
+@pytest.mark.beam
+def test_rerun_with_other_options_or_into_other_shards_is_refused(two_workers, folder,
+                                                                  tmp_path):
+    out = str(tmp_path / "o")
+    shutil.copytree(two_workers[0], out)
+    with pytest.raises(ValueError, match=r"another conversion .*Received: output_dir="):
+        shards.write_tfrecords(folder, out, 4, on_error="skip", seed=6, progress=False,
+                               beam_runner="DirectRunner", beam_options=IN_PROCESS)
+    plain = str(tmp_path / "plain")
+    os.makedirs(plain)
+    open(os.path.join(plain, "data-00000-of-00001.tfrecord"), "wb").write(b"")
+    with pytest.raises(ValueError, match=r"shards that no resumable run describes"):
+        shards.write_tfrecords(folder, plain, 1, progress=False,
+                               beam_runner="DirectRunner", beam_options=IN_PROCESS)
+
+
+@pytest.mark.beam
+def test_an_option_beam_does_not_know_is_a_value_error_with_the_closest(beam, folder,
+                                                                        tmp_path):
+    with pytest.raises(ValueError, match=r"no option 'direct_num_worker' \(did you mean "
+                                         r"'direct_num_workers'\?\)"):
+        shards.write_tfrecords(folder, str(tmp_path / "o"), beam_runner="DirectRunner",
+                               beam_options="direct_num_worker=2")
+
+
+@pytest.mark.beam
+def test_direct_runner_runs_on_the_fn_api_runner_without_trying_prism(beam):
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    options = beam_write.pipeline_options("DirectRunner", [])
+    runner = beam_write.make_runner("DirectRunner", options)
+    assert type(runner) is fn_runner.FnApiRunner  # not the SwitchingDirectRunner (Prism first)
+    assert beam_write.make_runner("DataflowRunner", options) == "DataflowRunner"
+
+
+@pytest.mark.beam
+@pytest.mark.parametrize("options", ["direct_running_mode=multi_threading,direct_num_workers=2",
+                                     "direct_num_workers=2",
+                                     "direct_running_mode=multi_threading,direct_num_workers=0"])
+def test_worker_threads_are_refused_naming_both_options(beam, options, folder, tmp_path):
+    out = str(tmp_path / "o")
+    with pytest.raises(ValueError) as e:
+        shards.write_tfrecords(folder, out, beam_runner="DirectRunner", beam_options=options)
+    text = str(e.value)
+    mode = "multi_threading" if "multi_threading" in options else "in_memory"
+    workers = options.rpartition("=")[2]
+    assert f"direct_running_mode={mode} with direct_num_workers={workers}" in text
+    assert "lost records" in text and "multi_processing" in text
+    assert f"Received: beam_options with direct_running_mode={mode}" in text
+    assert not os.path.exists(out)
+
+
+@pytest.mark.beam
+def test_encode_threads_are_the_cores_in_process_and_one_elsewhere(beam):
+    from pipeline import checks
+    opts = beam_write.pipeline_options
+    assert beam_write.encode_threads("DirectRunner", opts("DirectRunner", [])) == (
+        checks.cpu_count())
+    assert beam_write.encode_threads("DirectRunner", opts("DirectRunner", [
+        "--direct_running_mode=multi_processing", "--direct_num_workers=2"])) == 1
+    assert beam_write.encode_threads("DataflowRunner", opts("DataflowRunner", [])) == 1
+
+
+def test_shared_reencoder_is_built_once_per_process_and_options():
+    a = beam_write.shared_reencoder(16, 80, None)
+    assert beam_write.shared_reencoder(16, 80, None) is a
+    assert beam_write.shared_reencoder(16, 81, None) is not a
+
+
+@pytest.mark.beam
+def test_the_beam_options_of_converts_help_and_the_docs_are_options_beam_knows(beam):
+    import re
+    from pipeline import checks, cli
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = cli.command_help("convert") + open(os.path.join(here, "..", "docs",
+                                                           "scale-out.md")).read()
+    found = [(r, o) for r, o in re.findall(r"--beam_runner=(\w+) \\?\s*--beam_options=(\S+)",
+                                           text) if "..." not in o]  # "flink_master=h:8081,..."
+    assert {r for r, _ in found} >= {"DirectRunner", "DataflowRunner", "SparkRunner"}, found
+    for runner, options in found:
+        beam_write.pipeline_options(*checks.check_beam(runner, options))  # no ValueError
+
+
+@pytest.mark.beam
+@pytest.mark.slow  # a benchmark script end to end
+def test_beam_convert_benchmark_runs_both_writers_and_finds_the_same_shards(beam, folder,
+                                                                           tmp_path):
+    import subprocess
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = tmp_path / "b.json"
+    r = subprocess.run([sys.executable, os.path.join(repo, "benchmarks", "beam_convert.py"),
+                        f"--data_dir={folder}", "--num_shards=2", "--max_resolution=16",
+                        "--on_error=skip", "--start_images=4", "--paper_workers=10",
+                        f"--json_out={out}"], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=repo))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["same_shards"] is True
+    assert [x["num_examples"] for x in res["runs"]["single"] + res["runs"]["beam"]] == [36, 36]
+    assert res["start"]["num_examples"] == 4 and res["paper"][0]["workers"] == 10
+    assert "beam / single images/s" in r.stdout and "paper: 10,000,000 images" in r.stdout
+
+
+@pytest.mark.beam
+def test_segmentation_pairs_write_the_single_process_writers_shards(beam, tmp_path):
+    rng = np.random.RandomState(3)
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    for c in ("a", "b"):
+        os.makedirs(images / c)
+        os.makedirs(masks / c)
+        for k in range(4):
+            Image.fromarray(rng.randint(0, 256, (12, 10, 3), np.uint8)).save(
+                images / c / f"im{k}.jpg")
+            Image.fromarray(rng.randint(0, 3, (12, 10), np.uint8), "L").save(
+                masks / c / f"im{k}.{'bmp' if k == 3 else 'png'}")
+    src = pipeline.from_directory(str(images), masks_dir=str(masks), shuffle=False,
+                                  image_size=(8, 8), batch_size=None)
+    a = shards.write_tfrecords(src, str(tmp_path / "one"), 3, progress=False)
+    b = shards.write_tfrecords(src, str(tmp_path / "beam"), 3, progress=False,
+                               beam_runner="DirectRunner")  # the default: in process
+    assert a == b and a["has_masks"] and a["mask_formats"] == {"png": 6, "bmp": 2}
+    assert _files(str(tmp_path / "one")) == _files(str(tmp_path / "beam"))
