@@ -121,7 +121,9 @@ def test_needs_tfio_message_is_one_clear_sentence():
     assert "constraints/tf216.txt" in msg and "2.16" in msg
     assert "\n" not in msg and msg.endswith(".")
     st = stack.tfio_status()
-    if not st.available:
+    if not st.available and st.version is None:   # not installed: the hint says which extra
+        assert "tensorflow-io is not installed" in msg and "[tfio]" in msg
+    elif not st.available:                         # installed but its ops do not load
         assert st.reason in msg
 
 
