@@ -71,6 +71,20 @@ _EXPORTS = {
     "check_checkpointable": "pipeline.deliver.resume",
 }
 _SUBMODULES = ("compat",)
+# modules that sat at the top level before the stage folders: ``from pipeline import sample``
+# still works (with a DeprecationWarning naming the new place); ``import pipeline.sample`` does not
+_MOVED = {
+    **{m: f"pipeline.sources.{m}" for m in ("generator", "index", "manifest", "npy", "pairs",
+                                            "read")},
+    **{m: f"pipeline.decode.{m}" for m in ("bmp", "formats", "guard", "jpegscan", "masks")},
+    **{m: f"pipeline.transform.{m}" for m in ("augment", "quality")},
+    **{m: f"pipeline.deliver.{m}" for m in ("balance", "cachelock", "distribute", "plan",
+                                            "resume", "service_args")},
+    **{m: f"pipeline.convert.{m}" for m in ("beam_write", "shard_writer", "shards")},
+    **{m: f"pipeline.tools.{m}" for m in ("apidoc", "capacity", "profiling", "report", "sample",
+                                          "visualize")},
+    "benchmarking": "pipeline.tools.bench",
+}
 
 __all__ = ["from_directory", "from_paths", "from_manifest", "from_npy_shards",
            "from_generator", "from_tfrecords", "write_tfrecords", "errors", "ErrorRecord",
@@ -96,6 +110,11 @@ def __getattr__(name):
         value = getattr(_importlib.import_module(_EXPORTS[name]), name)
     elif name in _SUBMODULES:
         value = _importlib.import_module(f"pipeline.{name}")
+    elif name in _MOVED:
+        import warnings  # pylint: disable=import-outside-toplevel
+        warnings.warn(f"pipeline.{name} is now {_MOVED[name]}: import it from there",
+                      DeprecationWarning, stacklevel=2)
+        return _importlib.import_module(_MOVED[name])
     else:
         raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
     globals()[name] = value

@@ -13,7 +13,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_importing_the_checks_loads_no_tensorflow():
-    code = ("import sys; from pipeline import service_args, checks; "
+    code = ("import sys; from pipeline import checks; from pipeline.deliver import service_args; "
             "from pipeline.tools.bench import bench; "
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

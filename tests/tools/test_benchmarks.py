@@ -435,7 +435,7 @@ def test_every_script_takes_its_shared_flags_from_common_flags():
             assert "import common_flags" in text, name
     assert scripts >= 16
     assert not os.path.exists(os.path.join(REPO, "benchmarks", "candidates.py"))
-    assert os.path.exists(os.path.join(REPO, "pipeline", "benchmarking", "candidates.py"))
+    assert os.path.exists(os.path.join(REPO, "pipeline", "tools", "bench", "candidates.py"))
 
 
 def test_grain_peer_runs_or_says_why_not(photos, peers_module, monkeypatch):

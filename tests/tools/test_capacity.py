@@ -140,13 +140,13 @@ def test_library_does_not_import_the_benchmark_harness(tiny_folder):
     import sys
     code = (
         "import sys, pipeline\n"
-        "from pipeline import capacity\n"
+        "from pipeline.tools import capacity\n"
         f"ds = pipeline.from_directory({str(tiny_folder)!r}, image_size=(8, 8), batch_size=4)\n"
         "next(iter(ds))\n"
         f"cost = capacity.measure_cost({str(tiny_folder)!r}, image_size=(8, 8), batch_size=4,"
         " epochs=1, repeats=1)\n"
         "capacity.capacity_plan(1000, cost['images_per_cpu_sec'], measurement=cost)\n"
-        "print(sorted(m for m in sys.modules if m.startswith('pipeline.bench')))\n")
+        "print(sorted(m for m in sys.modules if m.startswith('pipeline.tools.bench')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
