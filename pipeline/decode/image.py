@@ -683,8 +683,36 @@ def app1_orientation(contents, seg):
     Also over a batch: ``contents`` str ``[k]`` and ``seg`` int64 ``[k]`` give int32
     ``[k]`` (``Decoder.check_batch``), the same ops.
     """
+    tiff, ifd, limit, little, ok = _tiff_header(contents, seg)
+    kept, t, u, at = _orientation_entry(contents, tiff, ifd, limit, little)
+    number = _tiff_number(bytes_at(contents, at, 8), t, little)
+    numeric = tf.gather(_TIFF_NUMERIC, tf.minimum(t, 63)) & (u > 0)
+    o = tf.cast(tf.clip_by_value(number, 0, 9), tf.int32)
+    good = (ok & kept & numeric & tf.equal(tf.cast(o, tf.float64), number)
+            & (o >= 2) & (o <= 8))
+    return tf.where(good, o, 1)
+
+
+# Little-endian byte weights of an unsigned integer of up to 8 bytes (reversed: big-endian).
+_TIFF_LE = np.array([1, 256, 65536, 16777216, 2 ** 32, 2 ** 40, 2 ** 48, 2 ** 56], np.int64)
+
+
+def _tiff_uint(b, n: int, little):
+    """Unsigned integers of the first ``n`` bytes of int64 bytes ``b`` (along the last
+    axis), little-endian where the bool tensor ``little`` (one per integer) is True,
+    else big-endian."""
+    le = tf.reduce_sum(b[..., :n] * _TIFF_LE[:n], -1)
+    be = tf.reduce_sum(b[..., :n] * _TIFF_LE[:n][::-1].copy(), -1)
+    return tf.where(little, le, be)
+
+
+def _tiff_header(contents, seg):
+    """``app1_orientation``'s TIFF header: the structure starts after "Exif\0\0" (once
+    or twice) and ends with the segment. Returns ``(tiff, ifd, limit, little, ok)``:
+    the structure's byte offset in ``contents``, IFD0's offset in it, the structure's
+    size in bytes (int64), its byte order (bool, "II"), and whether the header is
+    whole ("II" or "MM", 42 in either byte order, IFD0's entry count inside)."""
     size = tf.cast(tf.strings.length(contents), tf.int64)
-    col = lambda v: v[..., None]  # a per-file value against its entries
     seg_len = _u16(bytes_at(contents, seg + 2, 2), 0, False)
     end = tf.minimum(seg + 2 + seg_len, size)
     tiff = seg + 10
@@ -697,58 +725,58 @@ def app1_orientation(contents, seg):
     big = tf.equal(hdr[..., 0], ord("M")) & tf.equal(hdr[..., 1], ord("M"))
     magic = ((tf.equal(hdr[..., 2], 42) & tf.equal(hdr[..., 3], 0))
              | (tf.equal(hdr[..., 2], 0) & tf.equal(hdr[..., 3], 42)))
-    ok = (little | big) & magic & (limit >= 8)
-    w_le = tf.constant([1, 256, 65536, 16777216, 2 ** 32, 2 ** 40, 2 ** 48, 2 ** 56], tf.int64)
+    ifd = _tiff_uint(hdr[..., 4:8], 4, little)
+    ok = (little | big) & magic & (limit >= 8) & (ifd + 2 <= limit)
+    return tiff, ifd, limit, little, ok
 
-    def uint(b, n, lt=little):  # unsigned little/big-endian integers of b's first n bytes
-        le = tf.reduce_sum(b[..., :n] * w_le[:n], -1)
-        be = tf.reduce_sum(b[..., :n] * w_le[:n][::-1], -1)
-        return tf.where(lt, le, be)
 
-    ifd = uint(hdr[..., 4:8], 4)
-    count = uint(bytes_at(contents, tiff + ifd, 2), 2)
-    ok = ok & (ifd + 2 <= limit)
+def _orientation_entry(contents, tiff, ifd, limit, little):
+    """IFD0's first entry of tag 0x0112 that Pillow keeps, among its first
+    ``EXIF_ENTRIES`` whole entries: a type Pillow reads, a non-zero size, its data
+    inside the structure. Returns ``(kept, typ, unit, at)``: whether there is one, its
+    TIFF type, the size of one value (bytes) and the byte offset of its first value in
+    ``contents``."""
+    col = lambda v: v[..., None]  # a per-file value against its entries
+    count = _tiff_uint(bytes_at(contents, tiff + ifd, 2), 2, little)
     raw = bytes_at(contents, tiff + ifd + 2, 12 * EXIF_ENTRIES)
     raw = tf.reshape(raw, tf.concat([tf.shape(raw)[:-1], [EXIF_ENTRIES, 12]], 0))
     index = tf.range(EXIF_ENTRIES, dtype=tf.int64)
     whole = (index < col(count)) & (col(ifd) + 2 + 12 * (index + 1) <= col(limit))
     lt = col(little)
-    tag, typ = uint(raw[..., 0:2], 2, lt), uint(raw[..., 2:4], 2, lt)
-    cnt = uint(raw[..., 4:8], 4, lt)
+    tag, typ = _tiff_uint(raw[..., 0:2], 2, lt), _tiff_uint(raw[..., 2:4], 2, lt)
+    cnt = _tiff_uint(raw[..., 4:8], 4, lt)
     unit = tf.gather(_TIFF_UNIT, tf.minimum(typ, 63))
     nbytes = cnt * unit
     outside = nbytes > 4
-    offset = uint(raw[..., 8:12], 4, lt)
+    offset = _tiff_uint(raw[..., 8:12], 4, lt)
     total = tf.cumsum(tf.where(whole & (unit > 0) & outside, nbytes, 0), axis=-1)
     fits = ~outside | ((total <= col(limit)) & (offset + nbytes <= col(limit)))
     kept = whole & tf.equal(tag, 0x0112) & (unit > 0) & (nbytes > 0) & fits
     first = tf.argmax(tf.cast(kept, tf.int32), axis=-1)
-    rank = first.shape.rank
-    pick = lambda v, i=first: tf.gather(v, i, axis=-1, batch_dims=rank)
-    t, u = pick(typ), pick(unit)
+    pick = lambda v: tf.gather(v, first, axis=-1, batch_dims=first.shape.rank)
     at = tf.where(pick(outside), tiff + pick(offset), tiff + ifd + 2 + 12 * first + 8)
-    b = bytes_at(contents, at, 8)
-    if_le = lambda n: tf.reduce_sum(b[..., :n] * w_le[:n], -1)
-    if_be = lambda n: tf.reduce_sum(b[..., :n] * w_le[:n][::-1], -1)
-    val = lambda n: tf.where(little, if_le(n), if_be(n))
+    return tf.reduce_any(kept, -1), pick(typ), pick(unit), at
+
+
+def _tiff_number(b, t, little):
+    """The first value of TIFF type ``t`` at int64 bytes ``b`` (``[..., 8]``) as float64:
+    SHORT, LONG, RATIONAL, signed, FLOAT, DOUBLE, IFD, LONG8 (a zero denominator:
+    NaN); BYTE, ASCII and UNDEFINED values give a number ``_TIFF_NUMERIC`` leaves out."""
+    val = lambda n: _tiff_uint(b, n, little)
     signed = lambda v, bits: tf.where(v >= 2 ** (bits - 1), v - 2 ** bits, v)
     v1, v2, v4 = val(1), val(2), val(4)
-    second = uint(b[..., 4:8], 4)
+    second = _tiff_uint(b[..., 4:8], 4, little)
     f32 = tf.cast(tf.bitcast(tf.cast(v4, tf.uint32), tf.float32), tf.float64)
     f64 = tf.bitcast(tf.cast(val(8), tf.uint64), tf.float64)
     as_f = lambda v: tf.cast(v, tf.float64)
     ratio = lambda n, d: tf.where(tf.equal(d, 0), tf.constant(np.nan, tf.float64),
                                   as_f(n) / as_f(tf.where(tf.equal(d, 0), tf.ones_like(d), d)))
-    number = pick(tf.stack([
+    which = tf.argmax(tf.cast(tf.equal(t[..., None], [3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 16]),
+                              tf.int32), axis=-1)
+    return tf.gather(tf.stack([
         as_f(v2), as_f(v4), ratio(v4, second), as_f(signed(v1, 8)), as_f(signed(v2, 16)),
         as_f(signed(v4, 32)), ratio(signed(v4, 32), signed(second, 32)), f32, f64, as_f(v4),
-        as_f(val(8))], -1), tf.argmax(tf.cast(tf.equal(
-            col(t), [3, 4, 5, 6, 8, 9, 10, 11, 12, 13, 16]), tf.int32), axis=-1))
-    numeric = tf.gather(_TIFF_NUMERIC, tf.minimum(t, 63)) & (u > 0)
-    o = tf.cast(tf.clip_by_value(number, 0, 9), tf.int32)
-    good = (ok & tf.reduce_any(kept, -1) & numeric & tf.equal(as_f(o), number)
-            & (o >= 2) & (o <= 8))
-    return tf.where(good, o, 1)
+        as_f(val(8))], -1), which, axis=-1, batch_dims=t.shape.rank)
 
 
 def gif_plain(contents):
