@@ -1809,18 +1809,10 @@ class Decoder:
             out = self._jpeg_path(contents, words, window_fn, target)
             return (out[0], self._jpeg_cut(contents, out[0], out[1], out[-1])) + tuple(out[2:-1])
 
-        def others():
-            if not self.others_in_graph and not tf.executing_eagerly():
-                out = bmp_lib.unlowered_case(tf.constant(0), [
-                    lambda: self._others_from_python(contents, window_fn)])
-            else:
-                out = bmp_lib.unlowered_case(tf.constant(0), [
-                    lambda: self._others(contents, window_fn)])
-            return (out[0], out[1]) + ((whole_box(out[0]),) if boxed else ()) + (out[2],)
-
         def routed():  # the per-file checks
             words = header_words(contents)
-            return tf.cond(is_jpeg(words), lambda: jpeg(words), others)
+            return tf.cond(is_jpeg(words), lambda: jpeg(words),
+                           lambda: self._other_formats(contents, window_fn, boxed))
 
         if checked is None:
             out = routed()
@@ -1835,6 +1827,18 @@ class Decoder:
         shape.set_shape([2])
         extra = (out[2] if boxed else whole_box(img),) if with_box else ()
         return (img, reason) + extra + ((shape,) if with_shape else ())
+
+    def _other_formats(self, contents, window_fn, boxed: bool):
+        """``decode``'s branch for every format but JPEG: one function call
+        (``bmp.unlowered_case``), in graph or, in a JPEG-only graph, from Python.
+        Returns (image, reason[, box], shape) as ``decode``'s JPEG branch."""
+        if not self.others_in_graph and not tf.executing_eagerly():
+            out = bmp_lib.unlowered_case(tf.constant(0), [
+                lambda: self._others_from_python(contents, window_fn)])
+        else:
+            out = bmp_lib.unlowered_case(tf.constant(0), [
+                lambda: self._others(contents, window_fn)])
+        return (out[0], out[1]) + ((whole_box(out[0]),) if boxed else ()) + (out[2],)
 
     def _others_from_python(self, contents, window_fn):
         """Rare path of a JPEG-only graph (``others_in_graph=False``): a file that
