@@ -124,6 +124,27 @@ def distribute_dataset(strategy: tf.distribute.Strategy, factory: Callable, *arg
             ``factory_kwargs`` already holds ``input_context``, or ``factory``
             does not accept it; the factory's own ValueErrors.
     """
+    _check_distribute_args(strategy, factory, factory_kwargs)
+    logs = []  # the skip records of every input pipeline built in this process
+
+    def dataset_fn(input_context: tf.distribute.InputContext):
+        logging.info("pipeline: input pipeline %d of %d (%d replicas in sync)",
+                     input_context.input_pipeline_id, input_context.num_input_pipelines,
+                     input_context.num_replicas_in_sync)
+        ds = factory(*args, input_context=input_context, **factory_kwargs)
+        log = getattr(getattr(ds, "pipeline_built", None), "error_log", None)
+        if log is not None:
+            logs.append(log)
+        return ds
+
+    dist = strategy.distribute_datasets_from_function(dataset_fn, options=input_options)
+    dist.pipeline_error_logs = logs  # pipeline.errors(dist)
+    return dist
+
+
+def _check_distribute_args(strategy, factory, factory_kwargs: dict) -> None:
+    """``distribute_dataset``'s arguments: a strategy, a factory that takes
+    ``input_context=``, and no ``input_context`` of the caller's (ValueError)."""
     if "input_context" in factory_kwargs:
         raise ValueError(
             "`input_context` is passed by distribute_dataset itself. "
@@ -143,22 +164,6 @@ def distribute_dataset(strategy: tf.distribute.Strategy, factory: Callable, *arg
         raise ValueError(
             "`factory` must accept an `input_context=` keyword argument (e.g. "
             f"pipeline.from_directory). Received: factory={factory!r}")
-
-    logs = []  # the skip records of every input pipeline built in this process
-
-    def dataset_fn(input_context: tf.distribute.InputContext):
-        logging.info("pipeline: input pipeline %d of %d (%d replicas in sync)",
-                     input_context.input_pipeline_id, input_context.num_input_pipelines,
-                     input_context.num_replicas_in_sync)
-        ds = factory(*args, input_context=input_context, **factory_kwargs)
-        log = getattr(getattr(ds, "pipeline_built", None), "error_log", None)
-        if log is not None:
-            logs.append(log)
-        return ds
-
-    dist = strategy.distribute_datasets_from_function(dataset_fn, options=input_options)
-    dist.pipeline_error_logs = logs  # pipeline.errors(dist)
-    return dist
 
 
 # --- tf.data service ---------------------------------------------------------
