@@ -178,7 +178,7 @@ def test_fuzz_malformed_exif_gives_pillows_orientation(orientation, payload, aft
     assert int(orientation(tf.constant(data))) == pillow_orientation(data), payload
 
 
-# Found by the atheris harness (tests/fuzz_readers.py): a JPEG cut inside its Huffman tables
+# Found by the atheris harness (tests/decode/fuzz_readers.py): a JPEG cut inside its Huffman tables
 # after a valid EXIF block (orientation 6). Pillow cannot open it; it is a bad file, named,
 # never delivered (rotated or not).
 _FUZZ_CUT_TABLES = bytes.fromhex(

@@ -110,7 +110,7 @@ def test_scan_lists_format_variants(tmp_path):
     (b"\x00\x00\x00\x18ftypheic" + b"\x00" * 8, "HEIC/HEIF (heic)"),
     (b"\x00\x00\x00\x18ftypavif" + b"\x00" * 8, "AVIF (avif)"),
     (b"hello world" + b"\x00" * 8, "unknown"),
-    # found by the atheris harness (tests/fuzz_readers.py): a PNG cut inside IHDR
+    # found by the atheris harness (tests/decode/fuzz_readers.py): a PNG cut inside IHDR
     (b"\x89PNG\r\n\x1a\n\x00\x00\rIHDREND\xaeB`\x82", "PNG (truncated header)"),
 ])
 def test_variant_names(head, want):

@@ -1,7 +1,8 @@
-"""The atheris harness over the byte readers (tests/fuzz_readers.py), run for a bounded number
-of executions from a seed corpus: the repository's unusual files (../shared/cases*, when
-there) and files generated here of every kind the readers parse. Slow tier; skipped where
-atheris is not installed. Each crash or disagreement it found is a regular test below."""
+"""The atheris harness over the byte readers (tests/decode/fuzz_readers.py, beside this file),
+run for a bounded number of executions from a seed corpus: the repository's unusual files
+(../shared/cases*, when there) and files generated here of every kind the readers parse.
+Slow tier; skipped where atheris is not installed. Each crash or disagreement it found is a
+regular test below."""
 
 import io
 import os
@@ -19,7 +20,7 @@ pytest.importorskip("atheris")
 pytestmark = pytest.mark.slow
 
 RUNS = int(os.environ.get("PIPELINE_FUZZ_RUNS", "3000"))
-HARNESS = os.path.join(REPO, "tests", "fuzz_readers.py")
+HARNESS = os.path.join(REPO, "tests", "decode", "fuzz_readers.py")
 
 
 def _seeds():

@@ -3,7 +3,7 @@ variant name, the header size of every format), the EXIF orientation (against Pi
 BMP decoder (against Pillow) and the PNG chunk readers (colour key and palette, against
 Pillow's alpha).
 
-    python tests/fuzz_readers.py -runs=2000 CORPUS_DIR [SEED_DIR ...]
+    python tests/decode/fuzz_readers.py -runs=2000 CORPUS_DIR [SEED_DIR ...]
 
 A crash (an exception other than a decode failure TensorFlow reports for a bad file) or a
 disagreement with Pillow stops the run and prints the input (atheris writes it as
