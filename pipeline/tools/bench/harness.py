@@ -353,10 +353,23 @@ def bad_files_hint(spec: dict) -> str:
     if not name.startswith("pipeline"):
         return (f" The peers do not skip bad files (--on_error is pipeline's): find them with "
                 f"`python -m pipeline scan`, or leave {name} out of --compare.")
-    if "skip" in (spec.get("on_error"), spec.get("options", {}).get("on_error")):
+    if any(_skips(v) for v in (spec.get("on_error"), spec.get("options", {}).get("on_error"))):
         return ""
     return (" A folder with bad files: --on_error=skip, or find them with "
             "`python -m pipeline scan`.")
+
+
+def _skips(on_error) -> bool:
+    """Whether a spec's ``on_error`` (None: not given) skips bad files, as
+    ``pipeline.config.OnError`` reads it (a value it refuses skips nothing).
+    Imports TensorFlow (``check_spec`` has, before any candidate ran)."""
+    if on_error is None:
+        return False
+    from pipeline import config  # pylint: disable=import-outside-toplevel
+    try:
+        return config.OnError.of(on_error).skips
+    except ValueError:
+        return False
 
 
 def _run_showing_stderr(cmd: List[str], env: dict, timeout: Optional[float],
