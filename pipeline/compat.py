@@ -26,6 +26,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from pipeline import config
 from pipeline.sources import index as index_lib
 from pipeline.deliver import plan
 from pipeline.sources import factories as sources
@@ -199,7 +200,7 @@ def from_keras_generator(generator, output_signature=None,
             pass over it in a random order, as ``model.fit(pydataset,
             shuffle=True)`` (Keras' default) does. Default False: in order, as
             ``model.fit(..., shuffle=False)``.
-        seed: int or None, the seed of that order (numpy ``RandomState``).
+        seed: int in [0, 2**63) or None: that order's seed (``config.numpy_random_state``).
 
     Returns:
         ``tf.data.Dataset`` of the yielded structure, dtypes and shapes as in
@@ -207,9 +208,9 @@ def from_keras_generator(generator, output_signature=None,
 
     Raises:
         ValueError: ``generator`` is none of the accepted kinds, ``steps`` < 1,
-            ``shuffle`` with a source that is not a finite sequence, an
-            endless ``PyDataset`` without ``steps``, or the first batch is not
-            numeric (when inferring).
+            ``shuffle`` with a source that is not a finite sequence, an endless
+            ``PyDataset`` without ``steps``, a sequence's ``seed`` outside
+            [0, 2**63), or the first batch is not numeric (when inferring).
     """
     make, first = _epochs(generator, steps, shuffle, seed)
     if output_signature is None:
@@ -309,7 +310,7 @@ def _sequence_epochs(seq, steps, shuffle, seed):
     if n is None and shuffle:
         raise ValueError("`shuffle=True` needs a PyDataset of known length. Received: "
                          f"num_batches=None with generator={type(seq).__name__}")
-    rng = np.random.RandomState(seed)
+    rng = config.numpy_random_state(config.check_seed(seed))
     state = {"pos": 0, "order": None}
 
     def index(pos):
