@@ -553,11 +553,11 @@ def build(source, opts: config_lib.ImageOptions, *, num_classes: Optional[int] =
     """
     g = Graph(source, opts, num_classes, subset_name)  # list: rows or records, labels, stages
     ds = plan_lib.order(
-        g.elements,                                 # shard, shuffle, read (numbered for check)
+        g.elements,                                 # shard, shuffle, read, check (in batches)
         seed=opts.seed, keyed=g.keyed,              # every order and seed from one epoch key
         map=g.map_step(),                           # decode, geometry, augment: one parallel map
-        cache=g.cache_prefix(),                     # cache: decoded, before the check
-        guard=g.check,                              # check: the on_error policy
+        cache=g.cache_prefix(),                     # cache: decoded, before the guard
+        guard=g.guarded,                            # on_error: raise, or skip and record
         finish=g.finish,                            # the output structure
         shuffle_cached=g.n if opts.shuffle else 0,  # above a cache: reshuffle ...
         augment=g.augment_step(),                   # ... and augment, fresh each epoch
@@ -784,7 +784,7 @@ class Graph:
         return None if cache is None else ("" if cache == "memory"
                                            else cache_file(self.opts, self.source))
 
-    def check(self, ds, batch_size, expected):
+    def guarded(self, ds, batch_size, expected):
         """The on_error policy on the user's batches (``batch_size``: nothing sits
         between here and batching; a batch that held a skipped file is then smaller
         by that many), else on internal chunks that are unbatched again.
