@@ -11,6 +11,17 @@ module (and TensorFlow) the first time it is used, so that
 ``python -m pipeline --help`` answers without TensorFlow's start-up cost and
 lines. Imported that way, TensorFlow's start-up lines show once
 (``pipeline.native_stderr.import_tensorflow``).
+
+The modules, in data-flow order (docs/architecture.md): ``config`` and ``checks``
+(the option groups, checked once); ``sources/`` (what to read: factories, index,
+manifest, pairs, npy, generator, read); ``deliver/plan`` (shard, shuffle: the one
+order of the stages); ``decode/`` (the batched checks, the decoders, formats, masks,
+and ``guard``: raise, or skip and record); ``transform/`` (geometry, augment,
+quality); ``assemble`` (``build``: one line per stage); ``deliver/`` (distribute,
+service_args, resume, balance, cachelock); ``convert/`` (TFRecord shards: shards,
+shard_writer, beam_write); ``tools/`` (scan's report, profiling, visualize, capacity,
+sample, apidoc, bench); ``compat`` (migration); ``cli`` and ``__main__`` (the command
+line); ``stack`` and ``native_stderr`` (the installed stack and TensorFlow's logs).
 """
 
 import importlib as _importlib
