@@ -18,14 +18,23 @@ catches elements lost upstream of the map (a corrupt TFRecord shard). The
 check also counts the elements it delivers: with ``on_error="skip"``, an
 epoch that delivered none (every file bad) fails at its sentinel.
 Besides the map, one function call per chunk runs on the consumer thread.
+
+The rare path (a chunk in which something failed) exists twice because tf.data service
+workers run no Python: one ``tf.py_function`` where Python runs (``PythonRarePath``, the
+default: quick to build), the same in graph on service workers (``GraphRarePath``). The
+rule they follow is written once: ``Chunk`` decides (which files were lost or refused,
+which one fails first, the counts), with numpy's or TensorFlow's ops, ``RarePath.steps``
+orders the checks, and the messages' words are shared.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import re
 import sys
 import threading
+import types
 from typing import Callable, List, Optional
 
 import numpy as np
@@ -289,21 +298,7 @@ def diagnose(contents: bytes, read_error: str, decode_fn: Callable, finish_fn: C
         image, reason = decode_fn(c)
         reason = reason.numpy().decode("utf-8", "replace")
     except Exception as e:  # noqa: BLE001 - the decoder's failure is the answer
-        if formats.sniff_bytes(contents[:formats.SIGNATURE_BYTES]) == "bmp":
-            why = bmp_lib.describe_problem(contents)  # the header's values, in words
-            if why:
-                return why
-        fmt = decode_lib.sniff(c)
-        why = decode_lib.diagnose(c, fmt).numpy().decode("utf-8", "replace")
-        if why.startswith("corrupt"):
-            detail = clean_message(getattr(e, "message", None) or str(e)) or type(e).__name__
-            detail = detail.removeprefix("BMP: ")  # pipeline.decode.bmp's assertions (RLE data)
-            why = why[:-1] + f": {detail})" if why.endswith(")") else why
-            if re.search(r"unsupported|not supported|not implemented", detail, re.I):
-                # a valid file of a variant the decoder does not handle, not bad data
-                name = why.split(" ")[1]
-                why = f"unsupported {name} variant (the decoder says: {detail})"
-        return why
+        return _decoder_failure(contents, c, e)
     if reason:
         return reason
     fmt = formats.sniff_bytes(contents[:formats.SIGNATURE_BYTES]) or "image"
@@ -315,6 +310,28 @@ def diagnose(contents: bytes, read_error: str, decode_fn: Callable, finish_fn: C
         return (f"the file decodes ({fmt.upper()} {w}x{h}), but the resize/augment stage failed "
                 f"on it: {detail}")
     return "the element failed after decoding, and not again when retried (transient?)"
+
+
+def _decoder_failure(contents: bytes, c, e: Exception) -> str:
+    """Why the decoder raised ``e`` on ``contents`` (``c``: the same bytes, a tensor), for
+    ``diagnose``: a BMP header's problem in words, else the in-graph diagnosis, a
+    corrupt file's with the decoder's message, and a valid file of a variant the
+    decoder does not handle named as such."""
+    if formats.sniff_bytes(contents[:formats.SIGNATURE_BYTES]) == "bmp":
+        why = bmp_lib.describe_problem(contents)  # the header's values, in words
+        if why:
+            return why
+    fmt = decode_lib.sniff(c)
+    why = decode_lib.diagnose(c, fmt).numpy().decode("utf-8", "replace")
+    if why.startswith("corrupt"):
+        detail = clean_message(getattr(e, "message", None) or str(e)) or type(e).__name__
+        detail = detail.removeprefix("BMP: ")  # pipeline.decode.bmp's assertions (RLE data)
+        why = why[:-1] + f": {detail})" if why.endswith(")") else why
+        if re.search(r"unsupported|not supported|not implemented", detail, re.I):
+            # a valid file of a variant the decoder does not handle, not bad data
+            name = why.split(" ")[1]
+            why = f"unsupported {name} variant (the decoder says: {detail})"
+    return why
 
 
 class Source:
@@ -389,54 +406,154 @@ def check_fn(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
     several input pipelines (``input_context``), one whose share was all bad
     prints a warning instead (the others may deliver).
 
-    The graph holds the common path only: a few vectorised ops find whether
-    this chunk lost or refused a file, lost elements upstream, or ends an
-    empty epoch. Where Python can run, everything past that (naming the
-    files, the messages, the record of skipped files) is one Python function
-    (``rare_path_py``), so the guard is quick to build; on tf.data service
-    workers it is built in graph (``rare_path_graph``).
+    The graph holds the common path only: a few vectorised ops (``Chunk``) find
+    whether any check of the rare path (``RarePath.steps``) applies to this
+    chunk: a file lost or refused, elements lost upstream, the end of an epoch.
+    Where Python can run, everything past that (naming the files, the messages,
+    the record of skipped files) is one Python function (``PythonRarePath``), so
+    the guard is quick to build; on tf.data service workers it is built in
+    graph (``GraphRarePath``).
     """
-    raise_mode = opts.on_error.raises
-    python_ok = not opts.service  # py_function cannot run on service workers
-    rare_path = rare_path_py if python_ok else rare_path_graph
+    # py_function cannot run on service workers
+    rare_path = GraphRarePath if opts.service else PythonRarePath
     rare = rare_path(opts, error_log, source, expected, lost_detail, damaged_py)
 
     def check(state, batch):
-        last, delivered = state
         image, y, weight, key, pos, window, reason = batch
-        prev = tf.concat([tf.reshape(last, [1]), pos[:-1]], 0)
-        sentinel_ = tf.equal(reason, SENTINEL)
-        bad = tf.logical_and(tf.strings.length(reason) > 0, tf.logical_not(sentinel_))
-        keep = tf.logical_not(tf.logical_or(bad, sentinel_))
-        delivered = delivered + tf.reduce_sum(tf.cast(keep, tf.int64))
-        odd = tf.reduce_any(pos - prev > 1) | tf.reduce_any(bad)  # a file lost or refused
-        if expected is not None:
-            # The sentinel's position is the number of elements the plan gave:
-            # fewer than expected means a read error upstream was swallowed.
-            odd = odd | tf.reduce_any(sentinel_ & (pos != expected))
-        if not raise_mode:
-            # At the end of the epoch (the sentinel, whose position is the number of
-            # elements the plan gave): none delivered out of some is a failure.
-            odd = odd | (tf.reduce_any(sentinel_ & (pos > 0)) & tf.equal(delivered, 0))
-            if python_ok:
-                # Once an epoch: one line for the skipped files not logged one by one.
-                odd = odd | tf.reduce_any(sentinel_)
-        keep = tf.cond(odd, lambda: rare(keep, last, delivered, key, pos, window, reason),
-                       lambda: keep)
+        c = Chunk(TF_OPS, state[0], state[1], key, pos, window, reason)
+        odd = functools.reduce(tf.logical_or, [applies for applies, _ in rare.steps(c)])
+        keep = tf.cond(odd, lambda: rare(c), lambda: c.keep)
         out = (image, y, weight, key)
 
         def kept():
             rows = tf.reshape(tf.where(keep), [-1])
             return tuple(tf.gather(t, rows) for t in out)
 
-        return (pos[-1], delivered), tf.cond(tf.reduce_all(keep), lambda: out, kept)
+        return (pos[-1], c.delivered), tf.cond(tf.reduce_all(keep), lambda: out, kept)
 
     return check
 
 
-def _nothing_delivered_head(count) -> str:
-    return (f"pipeline: every file of this epoch was bad ({count} of {count}), so it delivered "
-            "nothing: on_error=skip skipped them all.")
+# The array ops the guard's rule (``Chunk``) is written with, so that it is written once:
+# numpy's in the Python path (inside its one py_function), TensorFlow's in the graph path.
+def _np_ragged_range(starts, limits):
+    """numpy's ``tf.ragged.range``: the row of each value, and the values, row by row."""
+    counts = np.maximum(limits - starts, 0)
+    rows = np.repeat(np.arange(len(counts)), counts)
+    row_start = np.repeat(np.cumsum(counts) - counts, counts)  # where each row's values begin
+    return rows, np.repeat(starts, counts) + np.arange(len(rows)) - row_start
+
+
+def _tf_ragged_range(starts, limits):
+    q = tf.ragged.range(starts, limits)
+    return q.value_rowids(), q.flat_values
+
+
+NP_OPS = types.SimpleNamespace(
+    any=np.any, max=np.max, sum=np.sum, argmin=np.argmin, where=np.where, maximum=np.maximum,
+    equal=np.equal, not_equal=np.not_equal, reshape=np.reshape, concat=np.concatenate,
+    count=np.count_nonzero, size=len, gather=lambda a, i: a[i],
+    gather_2d=lambda a, i, j: a[i, j], mask=lambda a, m: a[m], ragged_range=_np_ragged_range,
+    format=lambda template, *values: template.format(*values), join="".join)
+TF_OPS = types.SimpleNamespace(
+    any=tf.reduce_any, max=tf.reduce_max, sum=tf.reduce_sum, argmin=tf.argmin, where=tf.where,
+    maximum=tf.maximum, equal=tf.equal, not_equal=tf.not_equal, reshape=tf.reshape,
+    concat=lambda parts: tf.concat(parts, 0), count=lambda m: tf.reduce_sum(tf.cast(m, tf.int64)),
+    size=lambda a: tf.size(a, out_type=tf.int64), gather=tf.gather,
+    gather_2d=lambda a, i, j: tf.gather_nd(a, tf.stack([i, j], 1)), mask=tf.boolean_mask,
+    ragged_range=_tf_ragged_range,
+    format=lambda template, *values: tf.strings.format(template, values), join=tf.strings.join)
+_FAR = 2 ** 62  # a position past any epoch's
+
+
+class Chunk:
+    """A chunk of mapped elements as the guard's rule sees it, and the rule's decisions
+    on it: the one place they are written, with the array ops ``xp`` (``NP_OPS`` in the
+    Python path's py_function, ``TF_OPS`` in graph).
+
+    Args:
+        xp: ``NP_OPS`` or ``TF_OPS``.
+        last: the position of the previous chunk's last element (-1 at the start).
+        delivered: the elements delivered this epoch before this chunk.
+        key, pos, window, reason: the chunk's columns (``check_fn``): the keys, the
+            positions in the epoch, the keys of the previous and this chunk of the plan
+            (per element), the reasons ("" for a good element, ``SENTINEL`` at the end).
+    """
+
+    def __init__(self, xp, last, delivered, key, pos, window, reason):
+        self.xp, self.columns = xp, (last, delivered, key, pos, window, reason)
+        self.key, self.pos, self.window, self.reason = key, pos, window, reason
+        self.prev = xp.concat([xp.reshape(last, [1]), pos[:-1]])  # the position before each
+        self.sentinel = xp.equal(reason, SENTINEL.encode())
+        self.bad = xp.not_equal(reason, b"") & ~self.sentinel  # refused, with its reason
+        self.keep = ~(self.bad | self.sentinel)
+        self.delivered = delivered + xp.count(self.keep)
+        self.lost_here = xp.any(pos - self.prev > 1)  # a file lost (its decoder raised)
+        self.failed = self.lost_here | xp.any(self.bad)
+
+    def short(self, expected):
+        """Whether the epoch ends in this chunk with fewer elements than ``expected``:
+        elements lost upstream of the map (a read error swallowed)."""
+        return self.xp.any(self.sentinel & (self.pos != expected))
+
+    def lost_upstream(self, expected):
+        """How many elements were lost upstream (``short``)."""
+        return self.xp.max(self.xp.where(self.sentinel, expected - self.pos, 0))
+
+    def lost_files(self):
+        """The keys and the positions of the files lost before this chunk's elements that
+        the window names (in epoch order; those further back are only counted), and the
+        count of all of them."""
+        xp, pos = self.xp, self.pos
+        rows, q = xp.ragged_range(self.prev + 1, pos)  # the missing positions, per element
+        j = q - (xp.gather(pos, rows) // CHUNK - 1) * CHUNK  # their place in the window
+        named = j >= 0
+        keys = xp.gather_2d(self.window, rows, xp.maximum(j, 0))
+        count = xp.where(self.lost_here, xp.sum(pos - self.prev - 1), 0)
+        return xp.mask(keys, named), xp.mask(q, named), count
+
+    def first_failure(self, lost_pos):
+        """The chunk's first failed file in epoch order: its index in the lost files
+        (``lost_files``) followed by the chunk's elements (a refused one)."""
+        bad_pos = self.xp.where(self.bad, self.pos, _FAR)
+        return self.xp.argmin(self.xp.concat([lost_pos, bad_pos]))
+
+    def ends_epoch(self):
+        return self.xp.any(self.sentinel)
+
+    def epoch_count(self):
+        """The elements the plan gave this epoch (the sentinel's position), -1 before its end."""
+        return self.xp.max(self.xp.where(self.sentinel, self.pos, -1))
+
+    def empty(self):
+        """Whether the epoch ends here having delivered nothing out of some elements."""
+        return (self.epoch_count() > 0) & (self.delivered == 0)
+
+
+# The messages, each written once: ``xp.format`` and ``xp.join`` make them in Python or in graph.
+_LOST_UPSTREAM = ("pipeline: {} element(s) of {} were lost while reading the source before "
+                  "decoding")
+_NOTHING_DELIVERED = ("pipeline: every file of this epoch was bad ({} of {}), so it delivered "
+                      "nothing: on_error=skip skipped them all.")
+_UNNAMED = ("<{} unnamed file(s)>",
+            "decoder failed; more files in a row failed than the {}-file window can name")
+
+
+def _lost_upstream_message(xp, lost, expected, damaged):
+    """``damaged``: what names the damaged shards, or None when nothing does."""
+    head = xp.format(_LOST_UPSTREAM, lost, expected)
+    if damaged is None:
+        return xp.join([head, " (e.g. a corrupt TFRecord shard)"])
+    return xp.join([head, "; damaged: ", damaged])
+
+
+def _cannot_load(xp, name, why):
+    return xp.join(["pipeline: cannot load file ", name, " (", why, ")", RAISE_HINT])
+
+
+def _unnamed(xp, count):
+    """The (path, reason) that stands for ``count`` lost files the window cannot name."""
+    return xp.format(_UNNAMED[0], count), xp.format(_UNNAMED[1], CHUNK)
 
 
 def _full_list_hint(error_log: ErrorLog) -> str:
@@ -448,276 +565,239 @@ def _pipeline_note(opts) -> str:
             "others may deliver)")
 
 
-def _lost_upstream_head(lost, expected) -> str:
-    return (f"pipeline: {lost} element(s) of {expected} were lost while reading the source "
-            "before decoding")
-
-
 def _exceeded(e: ErrorBudgetExceeded) -> str:
     return f"pipeline: ErrorBudgetExceeded: {str(e)[len('pipeline: '):]}"
 
 
-def rare_path_py(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
+class RarePath:
+    """The rare path of ``check_fn``: its checks of a chunk, in their order (``steps``),
+    and the ones written once; ``PythonRarePath`` and ``GraphRarePath`` do the others
+    where each runs. ``xp``: the array ops the subclass runs the rule (``Chunk``) with."""
+
+    xp = NP_OPS
+
+    def __init__(self, opts, error_log: ErrorLog, source: Source, expected: Optional[int],
                  lost_detail: Optional[Callable], damaged_py: Optional[Callable] = None):
-    """The rare path of ``check_fn`` where Python runs: one ``tf.py_function``
-    (``RECORDER_OP_NAME``) that, in this order, reports elements lost upstream
-    (raised, or recorded: one entry per damaged TFRecord shard that ``damaged_py``
-    names, ``[(shard, reason, records lost)]``, when their losses add up to the
-    count, else one "<source>" entry), names the files of the chunk that were
-    lost (the decoder raised: diagnosed by ``Source.why_failed_py``, once) or
-    refused (their reason) and raises the first one or records them all, and
-    fails an epoch that delivered nothing (``on_error="skip"``). It returns ""
-    or the failure, which an in-graph assertion raises."""
-    raise_mode = opts.on_error.raises
-    K = CHUNK
-    big = 2 ** 62
+        self.opts, self.error_log, self.source = opts, error_log, source
+        self.expected, self.lost_detail, self.damaged_py = expected, lost_detail, damaged_py
+        self.raises = opts.on_error.raises
 
-    def name_b(k) -> bytes:
-        return read.shown(source.name_py(k)).encode()
+    def steps(self, c: Chunk):
+        """``(whether it applies, step)`` for each check of chunk ``c``, in their order:
+        elements lost upstream; the files of the chunk lost or refused (the first raised,
+        or all skipped); with on_error="skip", the end of the epoch. A step returns a
+        failure, which ends the chunk's checks (``fail``), or nothing to fail on."""
+        out = [(c.short(self.expected), self.lost_upstream)] if self.expected is not None else []
+        if self.raises:
+            return out + [(c.failed, self.raise_first)]
+        return out + [(c.failed, self.skip_files), (self.at_epoch_end(c), self.epoch_end)]
 
-    def lost_files(prev, pos, window):
-        """Keys and positions of every missing position of the chunk that the
-        window names (those further back are only counted)."""
-        keys, where = [], []
-        for i in range(len(pos)):
-            for q in range(int(prev[i]) + 1, int(pos[i])):
-                j = q - (int(pos[i]) // K - 1) * K
-                if j >= 0:
-                    keys.append(window[i][j])
-                    where.append(q)
-        return keys, where
+    def raise_first(self, c: Chunk):
+        """on_error="raise": the chunk's first failed file in epoch order, lost (its reason
+        found again: ``why_lost``) or refused (its reason)."""
+        xp = self.xp
+        lost_keys, lost_pos, _ = c.lost_files()
+        i, n = c.first_failure(lost_pos), xp.size(lost_keys)
 
-    def run(last, delivered, key, pos, window, reason):
-        last, delivered = int(last.numpy()), int(delivered.numpy())
-        key, pos = key.numpy(), pos.numpy()
-        window, reason = window.numpy(), reason.numpy().tolist()
-        prev = np.concatenate([[last], pos[:-1]])
-        missing = pos - prev - 1
-        sentinel_ = np.array([r == SENTINEL.encode() for r in reason])
-        bad = np.array([len(r) > 0 for r in reason]) & ~sentinel_
-        if expected is not None and np.any(sentinel_ & (pos != expected)):
-            lost = int(np.max(np.where(sentinel_, expected - pos, 0)))
-            damaged = damaged_py() if damaged_py is not None else []
-            if damaged and sum(d[2] for d in damaged) == lost:
-                # Each damaged shard lost exactly its records past the damage
-                # (``shards.read_shard``): one entry per shard, named.
-                if raise_mode:
-                    path, why, _ = damaged[0]
-                    more = (f"; {len(damaged) - 1} more damaged shard(s): "
-                            + "; ".join(f"{p} ({w})" for p, w, _ in damaged[1:])
-                            if len(damaged) > 1 else "")
-                    return read.shown(f"pipeline: cannot read TFRecord shard {path} "
-                                      f"({why}){more}").encode()
-                try:
-                    for path, why, _ in damaged:
-                        error_log.add(path, why)
-                except ErrorBudgetExceeded as e:
-                    return _exceeded(e)
-            else:
-                m = _lost_upstream_head(lost, expected)
-                if damaged:
-                    m += "; damaged: " + "; ".join(f"{p} ({w})" for p, w, _ in damaged)
-                elif lost_detail is None:
-                    m += " (e.g. a corrupt TFRecord shard)"
-                else:
-                    m += "; damaged: " + lost_detail().numpy().decode("utf-8", "replace")
-                if raise_mode:
-                    return read.shown(m).encode()
-                try:
-                    error_log.add("<source>", m)
-                except ErrorBudgetExceeded as e:
-                    return _exceeded(e)
-        if np.any(missing > 0) or np.any(bad):
-            lost_keys, lost_pos = lost_files(prev, pos, window)
-            if raise_mode:
-                first_lost = min(lost_pos + [big])
-                bad_pos = np.where(bad, pos, big)
-                if first_lost < int(np.min(bad_pos)):
-                    k = lost_keys[int(np.argmin(lost_pos))]
-                    why = source.why_failed_py(source.name_py(k)).encode()
-                else:
-                    i = int(np.argmin(bad_pos))
-                    k, why = key[i], reason[i]
-                return (b"pipeline: cannot load file " + name_b(k) + b" (" + why + b")"
-                        + RAISE_HINT.encode())
-            count = int(np.sum(missing)) if np.any(missing > 0) else 0
-            exceeded = _record(error_log, source, lost_keys, count,
-                               [k for k, b in zip(key.tolist(), bad) if b],
-                               [r for r, b in zip(reason, bad) if b])
-            if exceeded:
-                return exceeded
-        if not raise_mode and np.any(sentinel_):
-            error_log.flush()
-        if not raise_mode:
-            count = int(np.max(np.where(sentinel_, pos, -1)))
-            if count > 0 and delivered == 0:
-                m = f"{_nothing_delivered_head(count)} {_full_list_hint(error_log)}"
-                if opts.num_pipelines <= 1:
-                    return m
-                print(m + _pipeline_note(opts), file=sys.stderr, flush=True)
-        return ""
+        def lost():
+            k = xp.gather(lost_keys, i)
+            return _cannot_load(xp, self.name(k), self.why_lost(k))
 
-    def rare(keep, last, delivered, key, pos, window, reason):
-        failed = tf.py_function(run, [last, delivered, key, pos, window, reason], tf.string,
-                                name=RECORDER_OP_NAME)
+        def refused():
+            return _cannot_load(xp, self.name(xp.gather(c.key, i - n)),
+                                self.text(xp.gather(c.reason, i - n)))
+
+        return self.fail(self.choose(i < n, lost, refused))
+
+    def nothing_delivered(self, c: Chunk, reasons: str):
+        """An epoch that delivered nothing (on_error="skip"): a failure; with several
+        input pipelines (one share of several, ``input_context``: the others may
+        deliver), a warning."""
+        xp = self.xp
+        count = c.epoch_count()
+        m = xp.join([xp.format(_NOTHING_DELIVERED, count, count), " ", reasons])
+        if self.opts.num_pipelines > 1:
+            return self.warn(xp.join([m, _pipeline_note(self.opts)]))
+        return self.fail(m)
+
+
+class PythonRarePath(RarePath):
+    """The rare path where Python runs: one ``tf.py_function`` (``RECORDER_OP_NAME``)
+    runs the steps on the chunk's values until one fails, and returns "" or the failure,
+    which an in-graph assertion raises. Lost upstream: raised, or recorded: one entry per
+    damaged TFRecord shard that ``damaged_py`` names, ``[(shard, reason, records lost)]``,
+    when their losses add up to the count, else one "<source>" entry. Skipped files go to
+    ``error_log`` (``pipeline.errors``), a lost one diagnosed once (``Source.why_failed_py``)."""
+
+    def __call__(self, c: Chunk):
+        failed = tf.py_function(self.run, list(c.columns), tf.string, name=RECORDER_OP_NAME)
         failed.set_shape([])
         with tf.control_dependencies([tf.debugging.Assert(
                 tf.equal(tf.strings.length(failed), 0), [failed])]):
-            return tf.identity(keep)
+            return tf.identity(c.keep)
 
-    return rare
+    def run(self, *columns) -> bytes:
+        c = Chunk(NP_OPS, *(t.numpy() for t in columns))
+        for applies, step in self.steps(c):
+            failed = step(c) if applies else ""
+            if failed:
+                return failed.encode("utf-8", "surrogateescape")
+        return b""
+
+    # What the shared steps use, in Python.
+    def name(self, key) -> str:
+        return read.shown(self.source.name_py(key))
+
+    def why_lost(self, key) -> str:
+        return self.source.why_failed_py(self.source.name_py(key))
+
+    @staticmethod
+    def text(reason: bytes) -> str:
+        return reason.decode("utf-8", "surrogateescape")  # encoded back as it was (``run``)
+
+    @staticmethod
+    def choose(pred, true_fn, false_fn):
+        return true_fn() if pred else false_fn()
+
+    @staticmethod
+    def fail(message: str) -> str:
+        return message
+
+    @staticmethod
+    def warn(message: str) -> str:
+        print(message, file=sys.stderr, flush=True)
+        return ""
+
+    def record(self, entries) -> str:
+        """Records ``(path, reason)`` entries in order; "" or the exceeded budget's message."""
+        try:
+            for path, reason in entries:
+                self.error_log.add(path, reason)
+        except ErrorBudgetExceeded as e:
+            return _exceeded(e)
+        return ""
+
+    def lost_upstream(self, c: Chunk) -> str:
+        lost = int(c.lost_upstream(self.expected))
+        damaged = self.damaged_py() if self.damaged_py is not None else []
+        if damaged and sum(d[2] for d in damaged) == lost:
+            # Each damaged shard lost exactly its records past the damage
+            # (``shards.read_shard``): one entry per shard, named.
+            if not self.raises:
+                return self.record((path, why) for path, why, _ in damaged)
+            path, why, _ = damaged[0]
+            more = (f"; {len(damaged) - 1} more damaged shard(s): "
+                    + "; ".join(f"{p} ({w})" for p, w, _ in damaged[1:])
+                    if len(damaged) > 1 else "")
+            return read.shown(f"pipeline: cannot read TFRecord shard {path} ({why}){more}")
+        named = "; ".join(f"{p} ({w})" for p, w, _ in damaged) if damaged else (
+            None if self.lost_detail is None
+            else self.lost_detail().numpy().decode("utf-8", "replace"))
+        m = _lost_upstream_message(NP_OPS, lost, self.expected, named)
+        return read.shown(m) if self.raises else self.record([("<source>", m)])
+
+    def skip_files(self, c: Chunk) -> str:
+        """Records the chunk's lost files (each diagnosed once, not every epoch), those
+        the window cannot name as one entry, then its refused files."""
+        lost_keys, _, count = c.lost_files()
+        source, log, count = self.source, self.error_log, int(count)
+
+        def entries():
+            for k in lost_keys:
+                path = source.name_py(k)
+                if path not in log:
+                    yield path, source.why_failed_py(path)
+            if count > len(lost_keys):
+                yield _unnamed(NP_OPS, count - len(lost_keys))
+            for k, r in zip(c.key[c.bad], c.reason[c.bad]):
+                yield source.name_py(k), r.decode("utf-8", "replace")
+
+        return self.record(entries())
+
+    def at_epoch_end(self, c: Chunk):
+        return c.ends_epoch()  # once an epoch: the skipped files not logged one by one
+
+    def epoch_end(self, c: Chunk) -> str:
+        self.error_log.flush()
+        return self.nothing_delivered(c, _full_list_hint(self.error_log)) if c.empty() else ""
 
 
-def _record(error_log: ErrorLog, source: Source, keys, count: int, bad_keys, bad_reasons) -> str:
-    """Records the bad files of a chunk (``on_error="skip"``); "" or the exceeded
-    budget's message. A file whose decoder raised is diagnosed once (a decode), not
-    every epoch."""
-    try:
-        for k in keys:
-            p = source.name_py(k)
-            if p not in error_log:
-                error_log.add(p, source.why_failed_py(p))
-        if count > len(keys):
-            error_log.add(f"<{count - len(keys)} unnamed file(s)>",
-                          "decoder failed; more files in a row failed than "
-                          f"the {CHUNK}-file window can name")
-        for k, r in zip(bad_keys, bad_reasons):
-            error_log.add(source.name_py(k), r.decode("utf-8", "replace"))
-    except ErrorBudgetExceeded as e:
-        return _exceeded(e)
-    return ""
+class GraphRarePath(RarePath):
+    """The rare path in graph, for tf.data service workers (no Python): the same steps
+    as ``PythonRarePath``; a failure is raised by an in-graph assertion, and skipped
+    files are reported on the worker's stderr (``pipeline.errors(ds)`` stays empty)."""
 
+    xp = TF_OPS
 
-def rare_path_graph(opts, error_log: ErrorLog, source: Source, expected: Optional[int],
-                    lost_detail: Optional[Callable], damaged_py: Optional[Callable] = None):
-    """The rare path of ``check_fn`` in graph, for tf.data service workers (no
-    Python): the same checks as ``rare_path_py``; a failure is raised by an
-    in-graph assertion, and skipped files are reported on the worker's stderr
-    (``pipeline.errors(ds)`` stays empty)."""
-    del error_log, damaged_py  # no Python here
-    raise_mode = opts.on_error.raises
-    K = CHUNK
-
-    def why(key):
-        if source.records:
-            return tf.constant("the decoder failed on it")
-        contents = tf.io.read_file(source.name(key))
-        return decode_lib.diagnose(contents, decode_lib.sniff(contents))
-
-    def rare(keep, last, delivered, key, pos, window, reason):
-        prev = tf.concat([tf.reshape(last, [1]), pos[:-1]], 0)
-        missing = pos - prev - 1                       # files lost before each element
-        sentinel_ = tf.equal(reason, SENTINEL)
-        bad = tf.logical_and(tf.strings.length(reason) > 0, tf.logical_not(sentinel_))
-        any_lost = tf.reduce_any(missing > 0)
-        if expected is not None:
-            short = tf.reduce_any(sentinel_ & (pos != expected))
-            lost_upstream = tf.reduce_max(tf.where(sentinel_, expected - pos, 0))
-
-            def message():  # only built when elements were lost
-                m = tf.strings.format(
-                    "pipeline: {} element(s) of {} were lost while reading the source before "
-                    "decoding", (lost_upstream, expected))
-                if lost_detail is None:
-                    return tf.strings.join([m, " (e.g. a corrupt TFRecord shard)"])
-                # Records read in parallel with a damaged shard can be lost with it:
-                # the count can exceed what the damaged shards alone held.
-                return tf.strings.join([m, "; damaged: ", lost_detail()])
-
-            if raise_mode:
-                def report():
-                    with tf.control_dependencies([tf.debugging.Assert(False, [message()])]):
-                        return tf.constant(True)
-            else:
-                def report():
-                    with tf.control_dependencies([tf.print(message(), output_stream=sys.stderr)]):
-                        return tf.constant(True)
-            ok = tf.cond(short, report, lambda: tf.constant(True))
-            with tf.control_dependencies([ok]):
-                keep = tf.identity(keep)
-
-        def lost():
-            """Keys and positions of every missing position in this chunk, and the count."""
-            q = tf.ragged.range(prev + 1, pos)          # missing positions per element
-            i = q.value_rowids()
-            j = q.flat_values - (tf.gather(pos, i) // K - 1) * K
-            named = j >= 0
-            keys = tf.gather_nd(window, tf.stack([i, tf.maximum(j, 0)], 1))
-            return tf.boolean_mask(keys, named), tf.boolean_mask(q.flat_values, named), \
-                tf.reduce_sum(missing)
-
-        if raise_mode:
-            def fail():
-                lost_keys, lost_pos, _ = lost()
-                big = tf.constant(2 ** 62, tf.int64)
-                first_lost = tf.reduce_min(tf.concat([lost_pos, [big]], 0))
-                first_bad = tf.reduce_min(tf.where(bad, pos, big))
-
-                def lost_msg():
-                    k = lost_keys[tf.argmin(lost_pos)]
-                    return tf.strings.join(["pipeline: cannot load file ", source.name(k), " (",
-                                            why(k), ")", RAISE_HINT])
-
-                def bad_msg():
-                    i = tf.argmin(tf.where(bad, pos, big))
-                    return tf.strings.join(["pipeline: cannot load file ", source.name(key[i]),
-                                            " (", reason[i], ")", RAISE_HINT])
-
-                msg = tf.cond(first_lost < first_bad, lost_msg, bad_msg)
-                with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
-                    return tf.identity(keep)
-        else:
-            def worker_lines(lost_keys, lost_pos, count, bad_keys, bad_reasons):
-                """In graph (tf.data service workers run no Python): one line per
-                skipped file, in epoch order, as ``ErrorLog.add`` logs it."""
-                lost_reasons = tf.map_fn(why, lost_keys, fn_output_signature=tf.string)
-                order = tf.argsort(tf.concat([tf.boolean_mask(pos, bad), lost_pos], 0))
-                names = tf.gather(tf.concat([source.name(bad_keys), source.name(lost_keys)],
-                                            0), order)
-                reasons = tf.gather(tf.concat([bad_reasons, lost_reasons], 0), order)
-                lines = tf.strings.join(["pipeline: skipped ", names, ": ", reasons])
-                unnamed = count - tf.size(lost_keys, out_type=tf.int64)
-                lines = tf.concat([lines, tf.cond(unnamed > 0, lambda: tf.reshape(
-                    tf.strings.format(
-                        "pipeline: skipped <{} unnamed file(s)>: decoder failed; more files in "
-                        "a row failed than the {}-file window can name", (unnamed, K)), [1]),
-                    lambda: tf.zeros([0], tf.string))], 0)
-                return tf.strings.reduce_join(lines, separator="\n")
-
-            def fail():
-                lost_keys, lost_pos, count = tf.cond(any_lost, lost, lambda: (
-                    tf.zeros([0], source.empty_key.dtype), tf.zeros([0], tf.int64),
-                    tf.constant(0, tf.int64)))
-                bad_keys, bad_reasons = tf.boolean_mask(key, bad), tf.boolean_mask(reason, bad)
-                # Service workers: each skip is a line on the worker's stderr;
-                # pipeline.errors(ds) on the client stays empty.
-                done = tf.print(worker_lines(lost_keys, lost_pos, count, bad_keys,
-                                             bad_reasons), output_stream=sys.stderr)
-                with tf.control_dependencies([done]):
-                    return tf.identity(keep)
-
-        keep = tf.cond(any_lost | tf.reduce_any(bad), fail, lambda: keep)
-        if not raise_mode:
-            count = tf.reduce_max(tf.where(sentinel_, pos, -1))
-            empty = (count > 0) & tf.equal(delivered, 0)
-
-            def fail_empty():
-                head = tf.strings.format(
-                    "pipeline: every file of this epoch was bad ({} of {}), so it delivered "
-                    "nothing: on_error=skip skipped them all.", (count, count))
-                m = tf.strings.join(
-                    [head, " The reasons are on the tf.data service workers' stderr."])
-                if opts.num_pipelines > 1:
-                    # One share of several (input_context): the others may deliver, so
-                    # this pipeline's empty epoch is a warning, not a failure.
-                    done = tf.print(tf.strings.join([m, _pipeline_note(opts)]),
-                                    output_stream=sys.stderr)
-                else:
-                    done = tf.debugging.Assert(False, [m])
-                with tf.control_dependencies([done]):
-                    return tf.identity(keep)
-
-            keep = tf.cond(empty, fail_empty, lambda: keep)
+    def __call__(self, c: Chunk):
+        keep = c.keep
+        for applies, step in self.steps(c):
+            keep = tf.cond(applies, functools.partial(_after, step, c, keep), lambda k=keep: k)
         return keep
 
-    return rare
+    # What the shared steps use, in graph.
+    def name(self, key):
+        return self.source.name(key)
+
+    def why_lost(self, key):
+        if self.source.records:
+            return tf.constant("the decoder failed on it")
+        contents = tf.io.read_file(self.source.name(key))
+        return decode_lib.diagnose(contents, decode_lib.sniff(contents))
+
+    @staticmethod
+    def text(reason):
+        return reason
+
+    @staticmethod
+    def choose(pred, true_fn, false_fn):
+        return tf.cond(pred, true_fn, false_fn)
+
+    @staticmethod
+    def fail(message):
+        return tf.debugging.Assert(False, [message])
+
+    @staticmethod
+    def warn(message):
+        return tf.print(message, output_stream=sys.stderr)
+
+    def lost_upstream(self, c: Chunk):
+        # Records read in parallel with a damaged shard can be lost with it:
+        # the count can exceed what the damaged shards alone held.
+        m = _lost_upstream_message(TF_OPS, c.lost_upstream(self.expected), self.expected,
+                                   None if self.lost_detail is None else self.lost_detail())
+        return self.fail(m) if self.raises else self.warn(m)
+
+    def skip_files(self, c: Chunk):
+        """One line per skipped file on the worker's stderr, in epoch order, as
+        ``ErrorLog.add`` logs it; those the window cannot name, one line last."""
+        lost_keys, lost_pos, count = c.lost_files()
+        lost_reasons = tf.map_fn(self.why_lost, lost_keys, fn_output_signature=tf.string)
+        order = tf.argsort(tf.concat([tf.boolean_mask(c.pos, c.bad), lost_pos], 0))
+        names = tf.gather(tf.concat([self.name(tf.boolean_mask(c.key, c.bad)),
+                                     self.name(lost_keys)], 0), order)
+        reasons = tf.gather(tf.concat([tf.boolean_mask(c.reason, c.bad), lost_reasons], 0),
+                            order)
+        lines = tf.strings.join(["pipeline: skipped ", names, ": ", reasons])
+        unnamed = count - tf.size(lost_keys, out_type=tf.int64)
+
+        def unnamed_line():
+            path, why = _unnamed(TF_OPS, unnamed)
+            return tf.reshape(tf.strings.join(["pipeline: skipped ", path, ": ", why]), [1])
+
+        lines = tf.concat([lines, tf.cond(unnamed > 0, unnamed_line,
+                                          lambda: tf.zeros([0], tf.string))], 0)
+        return self.warn(tf.strings.reduce_join(lines, separator="\n"))
+
+    @staticmethod
+    def at_epoch_end(c: Chunk):
+        return c.empty()
+
+    def epoch_end(self, c: Chunk):
+        return self.nothing_delivered(c, "The reasons are on the tf.data service workers' stderr.")
+
+
+def _after(step, c: Chunk, keep):
+    """``keep``, once the graph step ``step`` (an assertion, a print) has run on ``c``."""
+    with tf.control_dependencies([step(c)]):
+        return tf.identity(keep)
