@@ -98,9 +98,9 @@ def test_a_jpeg_only_graph_holds_no_other_decoder(tmp_path):
 
 @pytest.mark.parametrize("kw", [
     dict(image_size=None),
-    dict(image_size=None, channels=4),
-    dict(image_size=(12, 10), channels=1),
-    dict(image_size=(8, 8), resize="center_crop"),
+    pytest.param(dict(image_size=None, channels=4), marks=pytest.mark.sweep),
+    pytest.param(dict(image_size=(12, 10), channels=1), marks=pytest.mark.sweep),
+    pytest.param(dict(image_size=(8, 8), resize="center_crop"), marks=pytest.mark.sweep),
     dict(image_size=(8, 8), augment=pipeline.Augment(random_resized_crop=True,
                                                       horizontal_flip=True), seed=4),
 ])
