@@ -348,3 +348,41 @@ def test_segmentation_pairs_write_the_single_process_writers_shards(beam, tmp_pa
                                beam_runner="DirectRunner")  # the default: in process
     assert a == b and a["has_masks"] and a["mask_formats"] == {"png": 6, "bmp": 2}
     assert _files(str(tmp_path / "one")) == _files(str(tmp_path / "beam"))
+
+
+def test_importing_beam_write_leaves_apache_beam_unimported():
+    import subprocess
+    code = ("import sys; from pipeline.convert import beam_write; import pipeline; "
+            "pipeline.write_tfrecords; print(sorted(m for m in sys.modules "
+            "if m.split('.')[0] == 'apache_beam'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_dofn_classes_need_apache_beam_and_say_which_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "apache_beam", None)  # as where it is not installed
+    monkeypatch.delitem(vars(beam_write), "WriteShard", raising=False)  # not built yet
+    with pytest.raises(ImportError, match=r"needs apache-beam.*pip install '\.\[beam\]'"):
+        beam_write.WriteShard
+    with pytest.raises(AttributeError, match="has no attribute 'Shard'"):
+        beam_write.Shard
+
+
+@pytest.mark.beam
+def test_dofn_classes_are_built_once_and_unpickled_by_name_in_a_fresh_process(beam):
+    import subprocess
+    from apache_beam.internal import pickler
+    cls = beam_write.Encode
+    assert issubclass(cls, beam.DoFn) and cls is beam_write.dofn_class("Encode")
+    assert (cls.__module__, cls.__qualname__) == ("pipeline.convert.beam_write", "Encode")
+    data = pickler.dumps(cls("idx.pickle", True, 16, 80, None, threads=3))
+    assert len(data) < 1000  # by reference (module and name), not the class's code
+    code = ("import sys; from apache_beam.internal import pickler; "
+            "from pipeline.convert import beam_write; "
+            "fn = pickler.loads(sys.stdin.buffer.read()); "
+            "print(type(fn) is beam_write.Encode, fn.index_path, fn.threads, fn.max_resolution)")
+    r = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.decode().split() == ["True", "idx.pickle", "3", "16"]
