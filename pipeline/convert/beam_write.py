@@ -435,7 +435,7 @@ def _verify(entry, *, output_dir):
         yield entry["file"]
 
 
-def _encode_chunks(layout) -> List[tuple]:
+def _encode_chunks(layout):
     """``Rows``: the layout -> chunks ``(start, stop)`` of the written order."""
     return _chunks(layout["num_examples"], ENCODE_CHUNK_MAX, 64)
 
@@ -609,8 +609,8 @@ def _run(p, job: Job):
 
 
 def _finish(job: Job) -> dict:
-    """Writes ``dataset.json`` (``shard_writer.sidecar``) from the layout and the shards'
-    entries, removes the parts: the sidecar."""
+    """Writes ``dataset.json`` (``shard_writer.sidecar``, the single-process writer's text)
+    from the layout and the shards' entries, removes the parts: the sidecar."""
     lay = _read_json(job.layout_path)
     bad_rows = {r for r, _, _ in lay["bad"]}
     idx = job.idx
@@ -621,8 +621,8 @@ def _finish(job: Job) -> dict:
                                                  for _, path, why in lay["bad"]]
     meta = shard_writer.sidecar(good_idx, entries, job.plan, job.max_resolution,
                                 job.jpeg_quality, skipped)
-    with tf.io.gfile.GFile(read.join(job.output_dir, shard_writer.SIDECAR), "w") as f:
-        f.write(json.dumps(meta, indent=1))
+    # under a temporary name, then renamed: a rerun's sidecar replaces the previous one whole
+    _write_json(read.join(job.output_dir, shard_writer.SIDECAR), meta)
     _clean(job.output_dir)
     return meta
 
