@@ -16,21 +16,23 @@ process), then runs:
    driver, every bad file named);
 3. ``Verify``: the shards a previous run completed (``dataset.json``'s or the
    per-shard entries' counts and SHA-256) are kept;
-4. ``Encode``: each other row by ``shard_writer.encode_row`` (the one encoder), keyed by
-   its shard; ``GroupByKey``; ``WriteShard``: the records in their places, written
-   under a temporary name, renamed once complete, the shard's entry stored in
-   ``dataset.json.parts/``;
+4. ``Shards``, spread over the workers: the numbers of the other shards; ``WriteShard``:
+   a shard's rows, in their places, each by ``shard_writer.encode_row`` (the one
+   encoder), written as they are encoded under a temporary name, renamed once complete,
+   the shard's entry stored in ``dataset.json.parts/``. A shard is one work item, as in
+   the single-process writer (a thread per shard): its encoded records never cross a
+   shuffle;
 5. the driver writes ``dataset.json`` (``shard_writer.sidecar``) and removes the parts.
 
 On this machine (``LOCAL_RUNNERS``) the job runs on Beam's FnApiRunner, built directly
 (``make_runner``: the DirectRunner's Prism attempt is never made). By default its one worker
-runs in this process and encodes each ``Encode`` element's rows on a thread per core
+runs in this process and encodes each shard's rows on a thread per core
 (``encode_threads``), sharing one traced re-encoder (``shared_reencoder``), as the
 single-process writer's threads do; ``direct_running_mode=multi_processing`` starts worker
 processes instead, each importing TensorFlow and tracing its own re-encoder; worker threads
 (``multi_threading``) are refused (``check_local``).
 
-The DoFn classes (``Check``, ``Encode``, ``WriteShard``) are built on first use
+The DoFn classes (``Check``, ``WriteShard``) are built on first use
 (``dofn_class``) from module-level classes that hold their work, so that importing this
 module never imports apache_beam; ``require_beam`` says which extra to install where it is
 missing. ``write`` is the steps above in a row, each a function of its own.
@@ -70,7 +72,6 @@ PARTS = "dataset.json.parts"
 INSTALL_HINT = "pip install '.[beam]' (from a checkout; or pip install 'tf-image-pipeline[beam]')"
 NAMESPACE = "pipeline"
 CHECK_CHUNK_MAX = 1000     # files per Check element (one scan_index graph each)
-ENCODE_CHUNK_MAX = 256     # rows per Encode element
 # Runners that run here, on Beam's FnApiRunner (check_local, encode_threads).
 LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "FnApiRunner")
 
@@ -90,13 +91,13 @@ def check_local(runner: str, options) -> None:
     in threads of this process: ``direct_num_workers`` other than 1 with
     ``direct_running_mode`` ``in_memory`` or ``multi_threading``.
 
-    Measured with apache-beam 2.77.0 (docs/limitations.md): ``multi_threading`` with 2
-    workers lost one encoded record between ``Encode`` and ``GroupByKey`` in 10 of 24
-    runs of the 1,000 sample photos (every record left ``Encode``; the shard check failed
-    the job: "124 records for 125 places"), and none in 13 runs with ``multi_processing``.
-    Where the loss sits in Beam is not found; a loss before ``Layout`` (the bad-file
-    check's lists) would not be caught. The default run (one in-process worker) encodes
-    on one thread per core (``encode_threads``) instead.
+    Measured with apache-beam 2.77.0 (docs/limitations.md), when the records were grouped
+    by shard after an ``Encode`` step: ``multi_threading`` with 2 workers lost one encoded
+    record between ``Encode`` and ``GroupByKey`` in 10 of 24 runs of the 1,000 sample
+    photos, and none in 13 runs with ``multi_processing``. Where the loss sits in Beam is
+    not found (the job no longer groups records, but the bad-file check's lists still pass
+    through combiners), so worker threads stay refused. The default run (one in-process
+    worker) encodes on one thread per core (``encode_threads``) instead.
 
     Raises:
         ValueError: naming both options, the values received and what to use instead.
@@ -117,7 +118,7 @@ def check_local(runner: str, options) -> None:
 
 
 def encode_threads(runner: str, options) -> int:
-    """Threads each ``Encode`` element's rows are encoded on: the cores this process may
+    """Threads each shard's rows are encoded on (``WriteShard``): the cores this process may
     use (``checks.cpu_count()``) for a local run in this process (``LOCAL_RUNNERS``,
     ``direct_running_mode=in_memory``), as the single-process writer's threads; 1
     otherwise (``multi_processing`` and remote runners run a worker per core).
@@ -261,9 +262,10 @@ def _reencoder_cached(max_resolution: int, jpeg_quality: int, max_pixels: Option
 
 def shared_reencoder(max_resolution: int, jpeg_quality: int, max_pixels: Optional[int]):
     """``shard_writer.resolution_reencoder(...)``, built and traced once per process: the
-    encode threads of the in-process run (``encode_threads``) and every ``Encode``
+    encode threads of the in-process run (``encode_threads``) and every ``WriteShard``
     instance of the process share it, as the single-process writer's threads share its one
-    (a build and trace costs about 1.4 CPU-s here, its first calls about 0.9 more)."""
+    (a build and trace costs about 2.6 CPU-s here, its first calls about 0.9 more: most
+    of a worker process's start with its import of TensorFlow, docs/scale-out.md)."""
     with _REENCODER_LOCK:
         return _reencoder_cached(max_resolution, jpeg_quality, max_pixels)
 
@@ -273,8 +275,8 @@ def _counter(name: str):
     return Metrics.counter(NAMESPACE, name)
 
 
-# The DoFns' work lives in plain module-level classes (``_Check``, ``_Encode``,
-# ``_WriteShard``); the DoFn classes ``Check``, ``Encode`` and ``WriteShard`` (each the
+# The DoFns' work lives in plain module-level classes (``_Check``, ``_WriteShard``); the
+# DoFn classes ``Check`` and ``WriteShard`` (each the
 # plain class + ``beam.DoFn``) are built on first use (``dofn_class``, or the attribute
 # ``beam_write.Check``), so that importing this module never imports apache_beam. Beam
 # pickles their instances by reference (module and name): a worker process that unpickles
@@ -307,19 +309,23 @@ class _Check:
                 yield r, (read.file_size(path) if self.need_sizes else 0)
 
 
-class _Encode:
-    """``Encode``: a chunk ``(start, stop)`` of the written order -> ``(shard, (place,
-    record, format, has_exif, re-encoded, mask format))`` for each row of a shard to write,
-    the rows encoded on ``threads`` threads (``encode_threads``)."""
+class _WriteShard:
+    """``WriteShard``: a shard number ``k`` -> the shard written: its rows (those of the
+    written order ``j`` with ``j % num_shards == k``, in order) encoded on ``threads``
+    threads (``encode_threads``) and written as they come, under a temporary name, renamed
+    once complete; its entry stored in ``dataset.json.parts/``. A shard's records never
+    leave the worker that encodes them (no shuffle of the encoded bytes)."""
 
-    def __init__(self, index_path, shuffle, max_resolution, jpeg_quality, max_pixels,
-                 threads=1):
-        self.index_path, self.shuffle, self.threads = index_path, shuffle, threads
+    def __init__(self, index_path, output_dir, shuffle, max_resolution, jpeg_quality,
+                 max_pixels, masks, threads=1):
+        self.index_path, self.output_dir, self.shuffle = index_path, output_dir, shuffle
         self.max_resolution, self.jpeg_quality, self.max_pixels = (
             max_resolution, jpeg_quality, max_pixels)
+        self.masks, self.threads = masks, threads
         self.reencode = self.pool = None
 
-    def setup(self):
+    def setup(self):  # the output's file system on this worker (s3://: tensorflow-io)
+        read.ensure_filesystem(self.output_dir, in_graph=True)
         read.ensure_filesystem(self.index_path, in_graph=True)
         if self.max_resolution is not None:
             self.reencode = shared_reencoder(self.max_resolution, self.jpeg_quality,
@@ -334,54 +340,29 @@ class _Encode:
     def encode_row(self, idx, row):
         return shard_writer.encode_row(idx, row, self.reencode)
 
-    def process(self, chunk, layout, kept):
+    def process(self, k, layout):
         idx = _load_index(self.index_path)
-        n, s = layout["num_examples"], layout["num_shards"]
-        order = _order(n, layout["seed"], self.shuffle)
-        good, kept = layout["good"], set(kept)
-        todo = [j for j in range(*chunk)
-                if shard_writer.SHARD_PATTERN.format(j % s, s) not in kept]
-        rows = [int(order[j]) if good is None else int(good[order[j]]) for j in todo]
+        n, s, good = layout["num_examples"], layout["num_shards"], layout["good"]
+        order = _order(n, layout["seed"], self.shuffle)[k::s]
+        rows = order.tolist() if good is None else good[order].tolist()
         encode = functools.partial(self.encode_row, idx)
         encoded = self.pool.map(encode, rows) if self.pool else map(encode, rows)
-        for j, record in zip(todo, encoded):
-            _counter("records_encoded").inc()
-            yield j % s, (j // s,) + record
-
-
-class _WriteShard:
-    """``WriteShard``: ``(shard, records)`` -> the shard written (temporary name, then
-    renamed) and its entry in ``dataset.json.parts/``."""
-
-    def __init__(self, output_dir, reencoding, masks):
-        self.output_dir, self.reencoding, self.masks = output_dir, reencoding, masks
-
-    def setup(self):
-        read.ensure_filesystem(self.output_dir, in_graph=True)
-
-    def process(self, item, layout):
-        k, records = item
-        records = sorted(records, key=lambda r: r[0])
-        n, s = layout["num_examples"], layout["num_shards"]
-        want = len(range(k, n, s))
-        places = [r[0] for r in records]
-        if places != list(range(want)):
-            raise RuntimeError(f"shard {k}: {len(places)} records for {want} places "
-                               f"(places {places[:10]}...): a row lost or doubled")
         name = shard_writer.SHARD_PATTERN.format(k, s)
-        entry = shard_writer.write_shard_file(self.output_dir, name, (r[1:] for r in records),
-                                              self.reencoding, self.masks, temporary=True)
+        entry = shard_writer.write_shard_file(self.output_dir, name, encoded,
+                                              self.max_resolution is not None, self.masks,
+                                              temporary=True)
         _write_json(_parts(self.output_dir, name + ".json"), entry)
+        _counter("records_encoded").inc(entry["num_examples"])
         _counter("shards_written").inc()
         yield name
 
 
-_DOFN_WORK = {"Check": _Check, "Encode": _Encode, "WriteShard": _WriteShard}
+_DOFN_WORK = {"Check": _Check, "WriteShard": _WriteShard}
 _DOFN_LOCK = threading.Lock()
 
 
 def dofn_class(name: str):
-    """The DoFn class ``name`` (``Check``, ``Encode``, ``WriteShard``): its work class
+    """The DoFn class ``name`` (``Check``, ``WriteShard``): its work class
     (``_Check``, ...) + ``beam.DoFn``, built once per process and kept as this module's
     attribute of that name (what Beam's pickler finds it by).
 
@@ -399,7 +380,7 @@ def dofn_class(name: str):
 
 
 def __getattr__(name: str):
-    """``beam_write.Check`` / ``Encode`` / ``WriteShard`` (PEP 562): ``dofn_class(name)``."""
+    """``beam_write.Check`` / ``WriteShard`` (PEP 562): ``dofn_class(name)``."""
     if name in _DOFN_WORK:
         return dofn_class(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -435,9 +416,11 @@ def _verify(entry, *, output_dir):
         yield entry["file"]
 
 
-def _encode_chunks(layout):
-    """``Rows``: the layout -> chunks ``(start, stop)`` of the written order."""
-    return _chunks(layout["num_examples"], ENCODE_CHUNK_MAX, 64)
+def _shards_to_write(layout, kept):
+    """``Shards``: the layout -> the numbers of the shards to write (those not kept)."""
+    s = layout["num_shards"]
+    kept = set(kept)
+    return [k for k in range(s) if shard_writer.SHARD_PATTERN.format(k, s) not in kept]
 
 
 def shards_guard_record(path: str, reason: str):
@@ -574,19 +557,15 @@ def _verify_stage(p, job: Job, candidates: Dict[str, dict]):
 
 
 def _write_stage(layout, kept, job: Job, threads: int) -> None:
-    """``Encode`` the rows of the shards not kept, group them by shard, ``WriteShard``."""
+    """Each shard not kept, spread over the workers, encoded and written (``WriteShard``)."""
     import apache_beam as beam  # pylint: disable=import-outside-toplevel
-    layout_side = beam.pvalue.AsSingleton(layout)
-    encode = dofn_class("Encode")(job.index_path, job.shuffle, job.max_resolution,
-                                  job.jpeg_quality, job.max_pixels, threads)
-    write_shard = dofn_class("WriteShard")(job.output_dir, job.max_resolution is not None,
-                                           job.idx.mask_paths is not None)
+    write_shard = dofn_class("WriteShard")(
+        job.index_path, job.output_dir, job.shuffle, job.max_resolution, job.jpeg_quality,
+        job.max_pixels, job.idx.mask_paths is not None, threads)
     (layout  # pylint: disable=expression-not-assigned
-     | "Rows" >> beam.FlatMap(_encode_chunks)
-     | "Spread rows" >> beam.Reshuffle()
-     | "Encode" >> beam.ParDo(encode, layout_side, beam.pvalue.AsList(kept))
-     | "By shard" >> beam.GroupByKey()
-     | "Write shards" >> beam.ParDo(write_shard, layout_side))
+     | "Shards" >> beam.FlatMap(_shards_to_write, beam.pvalue.AsList(kept))
+     | "Spread shards" >> beam.Reshuffle()
+     | "Write shards" >> beam.ParDo(write_shard, beam.pvalue.AsSingleton(layout)))
 
 
 def _run(p, job: Job):

@@ -373,15 +373,15 @@ def test_dofn_classes_need_apache_beam_and_say_which_extra(monkeypatch):
 def test_dofn_classes_are_built_once_and_unpickled_by_name_in_a_fresh_process(beam):
     import subprocess
     from apache_beam.internal import pickler
-    cls = beam_write.Encode
-    assert issubclass(cls, beam.DoFn) and cls is beam_write.dofn_class("Encode")
-    assert (cls.__module__, cls.__qualname__) == ("pipeline.convert.beam_write", "Encode")
-    data = pickler.dumps(cls("idx.pickle", True, 16, 80, None, threads=3))
+    cls = beam_write.WriteShard
+    assert issubclass(cls, beam.DoFn) and cls is beam_write.dofn_class("WriteShard")
+    assert (cls.__module__, cls.__qualname__) == ("pipeline.convert.beam_write", "WriteShard")
+    data = pickler.dumps(cls("idx.pickle", "out", True, 16, 80, None, False, threads=3))
     assert len(data) < 1000  # by reference (module and name), not the class's code
     code = ("import sys; from apache_beam.internal import pickler; "
             "from pipeline.convert import beam_write; "
             "fn = pickler.loads(sys.stdin.buffer.read()); "
-            "print(type(fn) is beam_write.Encode, fn.index_path, fn.threads, fn.max_resolution)")
+            "print(type(fn) is beam_write.WriteShard, fn.index_path, fn.threads, fn.max_resolution)")
     r = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
