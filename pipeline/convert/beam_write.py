@@ -16,19 +16,26 @@ process), then runs:
    driver, every bad file named);
 3. ``Verify``: the shards a previous run completed (``dataset.json``'s or the
    per-shard entries' counts and SHA-256) are kept;
-4. ``Encode``: each other row by ``shard_writer.encode_row`` (the one encoder), keyed by
-   its shard; ``GroupByKey``; ``WriteShard``: the records in their places, written
-   under a temporary name, renamed once complete, the shard's entry stored in
-   ``dataset.json.parts/``;
+4. ``Shards``, spread over the workers: the numbers of the other shards; ``WriteShard``:
+   a shard's rows, in their places, each by ``shard_writer.encode_row`` (the one
+   encoder), written as they are encoded under a temporary name, renamed once complete,
+   the shard's entry stored in ``dataset.json.parts/``. A shard is one work item, as in
+   the single-process writer (a thread per shard): its encoded records never cross a
+   shuffle;
 5. the driver writes ``dataset.json`` (``shard_writer.sidecar``) and removes the parts.
 
 On this machine (``LOCAL_RUNNERS``) the job runs on Beam's FnApiRunner, built directly
 (``make_runner``: the DirectRunner's Prism attempt is never made). By default its one worker
-runs in this process and encodes each ``Encode`` element's rows on a thread per core
+runs in this process and encodes each shard's rows on a thread per core
 (``encode_threads``), sharing one traced re-encoder (``shared_reencoder``), as the
 single-process writer's threads do; ``direct_running_mode=multi_processing`` starts worker
 processes instead, each importing TensorFlow and tracing its own re-encoder; worker threads
 (``multi_threading``) are refused (``check_local``).
+
+The DoFn classes (``Check``, ``WriteShard``) are built on first use
+(``dofn_class``) from module-level classes that hold their work, so that importing this
+module never imports apache_beam; ``require_beam`` says which extra to install where it is
+missing. ``write`` is the steps above in a row, each a function of its own.
 
 Files are read and written through ``tf.io.gfile`` / ``pipeline.sources.read``, the readers'
 file systems (local, ``gs://``, ``s3://``). Counters (namespace ``pipeline``:
@@ -40,6 +47,7 @@ file systems (local, ``gs://``, ``s3://``). Counters (namespace ``pipeline``:
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import difflib
 import functools
 import json
@@ -47,6 +55,7 @@ import math
 import pickle
 import secrets
 import threading
+import types
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -63,7 +72,6 @@ PARTS = "dataset.json.parts"
 INSTALL_HINT = "pip install '.[beam]' (from a checkout; or pip install 'tf-image-pipeline[beam]')"
 NAMESPACE = "pipeline"
 CHECK_CHUNK_MAX = 1000     # files per Check element (one scan_index graph each)
-ENCODE_CHUNK_MAX = 256     # rows per Encode element
 # Runners that run here, on Beam's FnApiRunner (check_local, encode_threads).
 LOCAL_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "FnApiRunner")
 
@@ -83,13 +91,13 @@ def check_local(runner: str, options) -> None:
     in threads of this process: ``direct_num_workers`` other than 1 with
     ``direct_running_mode`` ``in_memory`` or ``multi_threading``.
 
-    Measured with apache-beam 2.77.0 (docs/limitations.md): ``multi_threading`` with 2
-    workers lost one encoded record between ``Encode`` and ``GroupByKey`` in 10 of 24
-    runs of the 1,000 sample photos (every record left ``Encode``; the shard check failed
-    the job: "124 records for 125 places"), and none in 13 runs with ``multi_processing``.
-    Where the loss sits in Beam is not found; a loss before ``Layout`` (the bad-file
-    check's lists) would not be caught. The default run (one in-process worker) encodes
-    on one thread per core (``encode_threads``) instead.
+    Measured with apache-beam 2.77.0 (docs/limitations.md), when the records were grouped
+    by shard after an ``Encode`` step: ``multi_threading`` with 2 workers lost one encoded
+    record between ``Encode`` and ``GroupByKey`` in 10 of 24 runs of the 1,000 sample
+    photos, and none in 13 runs with ``multi_processing``. Where the loss sits in Beam is
+    not found (the job no longer groups records, but the bad-file check's lists still pass
+    through combiners), so worker threads stay refused. The default run (one in-process
+    worker) encodes on one thread per core (``encode_threads``) instead.
 
     Raises:
         ValueError: naming both options, the values received and what to use instead.
@@ -110,7 +118,7 @@ def check_local(runner: str, options) -> None:
 
 
 def encode_threads(runner: str, options) -> int:
-    """Threads each ``Encode`` element's rows are encoded on: the cores this process may
+    """Threads each shard's rows are encoded on (``WriteShard``): the cores this process may
     use (``checks.cpu_count()``) for a local run in this process (``LOCAL_RUNNERS``,
     ``direct_running_mode=in_memory``), as the single-process writer's threads; 1
     otherwise (``multi_processing`` and remote runners run a worker per core).
@@ -254,9 +262,10 @@ def _reencoder_cached(max_resolution: int, jpeg_quality: int, max_pixels: Option
 
 def shared_reencoder(max_resolution: int, jpeg_quality: int, max_pixels: Optional[int]):
     """``shard_writer.resolution_reencoder(...)``, built and traced once per process: the
-    encode threads of the in-process run (``encode_threads``) and every ``Encode``
+    encode threads of the in-process run (``encode_threads``) and every ``WriteShard``
     instance of the process share it, as the single-process writer's threads share its one
-    (a build and trace costs about 1.4 CPU-s here, its first calls about 0.9 more)."""
+    (a build and trace costs about 2.6 CPU-s here, its first calls about 0.9 more: most
+    of a worker process's start with its import of TensorFlow, docs/scale-out.md)."""
     with _REENCODER_LOCK:
         return _reencoder_cached(max_resolution, jpeg_quality, max_pixels)
 
@@ -266,137 +275,152 @@ def _counter(name: str):
     return Metrics.counter(NAMESPACE, name)
 
 
-def _dofns():
-    """The pipeline's DoFns (defined once apache_beam is importable)."""
-    import apache_beam as beam  # pylint: disable=import-outside-toplevel
+# The DoFns' work lives in plain module-level classes (``_Check``, ``_WriteShard``); the
+# DoFn classes ``Check`` and ``WriteShard`` (each the
+# plain class + ``beam.DoFn``) are built on first use (``dofn_class``, or the attribute
+# ``beam_write.Check``), so that importing this module never imports apache_beam. Beam
+# pickles their instances by reference (module and name): a worker process that unpickles
+# one builds the class the same way.
 
-    class Check(beam.DoFn):
-        """A chunk ``(start, stop)`` of the index -> good rows ``(row, size)``; bad ones
-        ``(row, path, reason)`` to the ``"bad"`` output (``report.scan_index``)."""
+class _Check:
+    """``Check``: a chunk ``(start, stop)`` of the index -> good rows ``(row, size)``; bad
+    ones ``(row, path, reason)`` to the ``"bad"`` output (``report.scan_index``)."""
 
-        def __init__(self, index_path, max_pixels, need_sizes):
-            self.index_path, self.max_pixels, self.need_sizes = (
-                index_path, max_pixels, need_sizes)
+    def __init__(self, index_path, max_pixels, need_sizes):
+        self.index_path, self.max_pixels, self.need_sizes = index_path, max_pixels, need_sizes
 
-        def setup(self):  # the output's file system on this worker (s3://: tensorflow-io)
-            read.ensure_filesystem(self.index_path, in_graph=True)
+    def setup(self):  # the output's file system on this worker (s3://: tensorflow-io)
+        read.ensure_filesystem(self.index_path, in_graph=True)
 
-        def process(self, chunk):
-            from pipeline.tools import report  # pylint: disable=import-outside-toplevel
-            idx = _load_index(self.index_path)
-            rows = list(range(*chunk))
-            found = report.scan_index(idx.subset(rows), max_pixels=self.max_pixels,
-                                      progress=False)
-            bad = {b["path"]: b["reason"] for b in found.bad_files}
-            _counter("files_checked").inc(len(rows))
-            _counter("bad_files").inc(sum(idx.paths[r] in bad for r in rows))
-            for r in rows:
-                path = idx.paths[r]
-                if path in bad:
-                    yield beam.pvalue.TaggedOutput("bad", (r, path, bad[path]))
-                else:
-                    yield r, (read.file_size(path) if self.need_sizes else 0)
+    def process(self, chunk):
+        from apache_beam import pvalue  # pylint: disable=import-outside-toplevel
+        from pipeline.tools import report  # pylint: disable=import-outside-toplevel
+        idx = _load_index(self.index_path)
+        rows = list(range(*chunk))
+        found = report.scan_index(idx.subset(rows), max_pixels=self.max_pixels, progress=False)
+        bad = {b["path"]: b["reason"] for b in found.bad_files}
+        _counter("files_checked").inc(len(rows))
+        _counter("bad_files").inc(sum(idx.paths[r] in bad for r in rows))
+        for r in rows:
+            path = idx.paths[r]
+            if path in bad:
+                yield pvalue.TaggedOutput("bad", (r, path, bad[path]))
+            else:
+                yield r, (read.file_size(path) if self.need_sizes else 0)
 
-    class Encode(beam.DoFn):
-        """A chunk ``(start, stop)`` of the written order -> ``(shard, (place, record,
-        format, has_exif, re-encoded, mask format))`` for each row of a shard to write,
-        the rows encoded on ``threads`` threads (``encode_threads``)."""
 
-        def __init__(self, index_path, shuffle, max_resolution, jpeg_quality, max_pixels,
-                     threads=1):
-            self.index_path, self.shuffle, self.threads = index_path, shuffle, threads
-            self.max_resolution, self.jpeg_quality, self.max_pixels = (
-                max_resolution, jpeg_quality, max_pixels)
-            self.reencode = self.pool = None
+class _WriteShard:
+    """``WriteShard``: a shard number ``k`` -> the shard written: its rows (those of the
+    written order ``j`` with ``j % num_shards == k``, in order) encoded on ``threads``
+    threads (``encode_threads``) and written as they come, under a temporary name, renamed
+    once complete; its entry stored in ``dataset.json.parts/``. A shard's records never
+    leave the worker that encodes them (no shuffle of the encoded bytes)."""
 
-        def setup(self):
-            read.ensure_filesystem(self.index_path, in_graph=True)
-            if self.max_resolution is not None:
-                self.reencode = shared_reencoder(self.max_resolution, self.jpeg_quality,
-                                                 self.max_pixels)
-            if self.threads > 1:
-                self.pool = concurrent.futures.ThreadPoolExecutor(self.threads)
+    def __init__(self, index_path, output_dir, shuffle, max_resolution, jpeg_quality,
+                 max_pixels, masks, threads=1):
+        self.index_path, self.output_dir, self.shuffle = index_path, output_dir, shuffle
+        self.max_resolution, self.jpeg_quality, self.max_pixels = (
+            max_resolution, jpeg_quality, max_pixels)
+        self.masks, self.threads = masks, threads
+        self.reencode = self.pool = None
 
-        def teardown(self):
-            if self.pool is not None:
-                self.pool.shutdown()
+    def setup(self):  # the output's file system on this worker (s3://: tensorflow-io)
+        read.ensure_filesystem(self.output_dir, in_graph=True)
+        read.ensure_filesystem(self.index_path, in_graph=True)
+        if self.max_resolution is not None:
+            self.reencode = shared_reencoder(self.max_resolution, self.jpeg_quality,
+                                             self.max_pixels)
+        if self.threads > 1:
+            self.pool = concurrent.futures.ThreadPoolExecutor(self.threads)
 
-        def process(self, chunk, layout, kept):
-            idx = _load_index(self.index_path)
-            n, s = layout["num_examples"], layout["num_shards"]
-            order = _order(n, layout["seed"], self.shuffle)
-            good = layout["good"]
-            kept = set(kept)
-            todo = [j for j in range(*chunk)
-                    if shard_writer.SHARD_PATTERN.format(j % s, s) not in kept]
-            rows = [int(order[j]) if good is None else int(good[order[j]]) for j in todo]
+    def teardown(self):
+        if self.pool is not None:
+            self.pool.shutdown()
 
-            def encode(row):
-                return shard_writer.encode_row(idx, row, self.reencode)
+    def encode_row(self, idx, row):
+        return shard_writer.encode_row(idx, row, self.reencode)
 
-            encoded = self.pool.map(encode, rows) if self.pool else map(encode, rows)
-            for j, record in zip(todo, encoded):
-                _counter("records_encoded").inc()
-                yield j % s, (j // s,) + record
+    def process(self, k, layout):
+        idx = _load_index(self.index_path)
+        n, s, good = layout["num_examples"], layout["num_shards"], layout["good"]
+        order = _order(n, layout["seed"], self.shuffle)[k::s]
+        rows = order.tolist() if good is None else good[order].tolist()
+        encode = functools.partial(self.encode_row, idx)
+        encoded = self.pool.map(encode, rows) if self.pool else map(encode, rows)
+        name = shard_writer.SHARD_PATTERN.format(k, s)
+        entry = shard_writer.write_shard_file(self.output_dir, name, encoded,
+                                              self.max_resolution is not None, self.masks,
+                                              temporary=True)
+        _write_json(_parts(self.output_dir, name + ".json"), entry)
+        _counter("records_encoded").inc(entry["num_examples"])
+        _counter("shards_written").inc()
+        yield name
 
-    class WriteShard(beam.DoFn):
-        """``(shard, records)`` -> the shard written (temporary name, then renamed) and its
-        entry in ``dataset.json.parts/``."""
 
-        def __init__(self, output_dir, reencoding, masks):
-            self.output_dir, self.reencoding, self.masks = output_dir, reencoding, masks
+_DOFN_WORK = {"Check": _Check, "WriteShard": _WriteShard}
+_DOFN_LOCK = threading.Lock()
 
-        def setup(self):
-            read.ensure_filesystem(self.output_dir, in_graph=True)
 
-        def process(self, item, layout):
-            k, records = item
-            records = sorted(records, key=lambda r: r[0])
-            n, s = layout["num_examples"], layout["num_shards"]
-            want = len(range(k, n, s))
-            places = [r[0] for r in records]
-            if places != list(range(want)):
-                raise RuntimeError(f"shard {k}: {len(places)} records for {want} places "
-                                   f"(places {places[:10]}...): a row lost or doubled")
-            name = shard_writer.SHARD_PATTERN.format(k, s)
-            entry = shard_writer.write_shard_file(self.output_dir, name, (r[1:] for r in records),
-                                            self.reencoding, self.masks, temporary=True)
-            _write_json(_parts(self.output_dir, name + ".json"), entry)
-            _counter("shards_written").inc()
-            yield name
+def dofn_class(name: str):
+    """The DoFn class ``name`` (``Check``, ``WriteShard``): its work class
+    (``_Check``, ...) + ``beam.DoFn``, built once per process and kept as this module's
+    attribute of that name (what Beam's pickler finds it by).
 
-    def layout(good, bad, *, parts_dir, on_error, num_shards, n_all, seed):
-        """The good rows (sorted) -> the layout; writes ``layout.json``; fails the job on
-        ``on_error="raise"`` with a bad file, or when every file is bad."""
-        good_rows = sorted(good)
-        bad = sorted(bad)
-        sizes = dict(good_rows)
-        rows = np.array([r for r, _ in good_rows], np.int64)
-        fail = bool(bad) and (config.OnError.of(on_error).raises or not len(rows))
-        s = 0 if fail else shard_writer.shard_count(
-            num_shards, len(rows), lambda: np.array([sizes[r] for r in rows.tolist()]),
-            len(bad))
-        out = {"num_examples": int(len(rows)), "num_shards": int(s), "seed": seed,
-               "bad": [[r, p, why] for r, p, why in bad], "failed": fail}
-        _write_json(read.join(parts_dir, "layout.json"), out)
-        if fail:
-            records = [shards_guard_record(p, why) for _, p, why in bad]
-            raise shard_writer.BadFilesError(records, n_all, shard_writer.bad_files_message(
-                records, n_all, on_error))
-        out["good"] = rows if len(bad) else None
-        return out
+    Raises:
+        ImportError: apache-beam is not installed (``require_beam``).
+    """
+    with _DOFN_LOCK:
+        if name not in globals():
+            beam = require_beam()
+            work = _DOFN_WORK[name]
+            cls = types.new_class(name, (work, beam.DoFn))
+            cls.__module__, cls.__qualname__, cls.__doc__ = __name__, name, work.__doc__
+            globals()[name] = cls
+        return globals()[name]
 
-    def verify(entry, *, output_dir):
-        """A previous run's shard entry -> its name when the file is there, whole."""
-        read.ensure_filesystem(output_dir, in_graph=True)
-        path = read.join(output_dir, entry["file"])
-        if tf.io.gfile.exists(path) and shard_writer.records_sha256(path) == entry[
-                "records_sha256"]:
-            _write_json(_parts(output_dir, entry["file"] + ".json"), entry)
-            _counter("shards_kept").inc()
-            yield entry["file"]
 
-    return Check, Encode, WriteShard, layout, verify
+def __getattr__(name: str):
+    """``beam_write.Check`` / ``WriteShard`` (PEP 562): ``dofn_class(name)``."""
+    if name in _DOFN_WORK:
+        return dofn_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _layout(good, bad, *, parts_dir, on_error, num_shards, n_all, seed):
+    """``Layout``: the good rows (sorted) -> the layout; writes ``layout.json``; fails the
+    job on ``on_error="raise"`` with a bad file, or when every file is bad."""
+    good_rows = sorted(good)
+    bad = sorted(bad)
+    sizes = dict(good_rows)
+    rows = np.array([r for r, _ in good_rows], np.int64)
+    fail = bool(bad) and (config.OnError.of(on_error).raises or not len(rows))
+    s = 0 if fail else shard_writer.shard_count(
+        num_shards, len(rows), lambda: np.array([sizes[r] for r in rows.tolist()]), len(bad))
+    out = {"num_examples": int(len(rows)), "num_shards": int(s), "seed": seed,
+           "bad": [[r, p, why] for r, p, why in bad], "failed": fail}
+    _write_json(read.join(parts_dir, "layout.json"), out)
+    if fail:
+        raise _bad_files_error(bad, n_all, on_error)
+    out["good"] = rows if len(bad) else None
+    return out
+
+
+def _verify(entry, *, output_dir):
+    """``Verify``: a previous run's shard entry -> its name when the file is there, whole."""
+    read.ensure_filesystem(output_dir, in_graph=True)
+    path = read.join(output_dir, entry["file"])
+    if tf.io.gfile.exists(path) and shard_writer.records_sha256(path) == entry[
+            "records_sha256"]:
+        _write_json(_parts(output_dir, entry["file"] + ".json"), entry)
+        _counter("shards_kept").inc()
+        yield entry["file"]
+
+
+def _shards_to_write(layout, kept):
+    """``Shards``: the layout -> the numbers of the shards to write (those not kept)."""
+    s = layout["num_shards"]
+    kept = set(kept)
+    return [k for k in range(s) if shard_writer.SHARD_PATTERN.format(k, s) not in kept]
 
 
 def shards_guard_record(path: str, reason: str):
@@ -404,9 +428,48 @@ def shards_guard_record(path: str, reason: str):
     return guard.ErrorRecord(path, reason)
 
 
+def _bad_files_error(bad, n_all: int, on_error) -> Exception:
+    """``BadFilesError`` of the layout's ``bad`` rows ``(row, path, reason)``, as the
+    single-process writer raises it."""
+    records = [shards_guard_record(path, why) for _, path, why in bad]
+    return shard_writer.BadFilesError(records, n_all, shard_writer.bad_files_message(
+        records, n_all, on_error))
+
+
 def _chunks(n: int, most: int, pieces: int = 32):
     size = max(1, min(most, math.ceil(n / pieces))) if n else 1
     return [(a, min(a + size, n)) for a in range(0, n, size)]
+
+
+# --- the driver's side -----------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One conversion, as ``write`` runs it: its arguments, the seed it writes with, and
+    whether ``output_dir`` existed before (removed again when nothing was written)."""
+    idx: index_lib.Index
+    output_dir: str
+    plan: str
+    seed: int
+    shuffle: bool
+    num_shards: Optional[int]
+    on_error: Optional[str]
+    max_pixels: Optional[int]
+    max_resolution: Optional[int]
+    jpeg_quality: int
+    existed: bool
+
+    @property
+    def parts_dir(self) -> str:
+        return _parts(self.output_dir)
+
+    @property
+    def index_path(self) -> str:
+        return _parts(self.output_dir, "index.pickle")
+
+    @property
+    def layout_path(self) -> str:
+        return _parts(self.output_dir, "layout.json")
 
 
 def write(idx: index_lib.Index, output_dir: str, plan: str, runner: str, flags: List[str], *,
@@ -426,87 +489,120 @@ def write(idx: index_lib.Index, output_dir: str, plan: str, runner: str, flags: 
     """
     beam = require_beam()
     options = pipeline_options(runner, flags)
+    seed, candidates = _resume(output_dir, plan, seed)
+    job = Job(idx, output_dir, plan, seed, shuffle, num_shards, on_error, max_pixels,
+              max_resolution, jpeg_quality, existed=read.exists(output_dir))
+    _prepare(job)
+    logging.info("write_tfrecords: %d files on Beam's %s (%s)", len(idx), runner,
+                 " ".join(flags) or "default options")
+    p = beam.Pipeline(runner=make_runner(runner, options), options=options)
+    layout = _layout_stage(p, job)
+    kept = _verify_stage(p, job, candidates)
+    _write_stage(layout, kept, job, encode_threads(runner, options))
+    _log_counters(_run(p, job), progress)
+    return _finish(job)
+
+
+def _resume(output_dir: str, plan: str, seed: Optional[int]):
+    """(the seed to write with, {shard file: entry} of the shards to verify and keep):
+    ``previous_run``'s; an unseeded order is drawn once and kept in ``plan.json`` for a
+    rerun (a finished unseeded run keeps no seed: its shards are all written anew)."""
     drawn, candidates = previous_run(output_dir, plan)
-    if seed is None:  # an unseeded order: drawn once, kept in plan.json for a rerun
-        if drawn is None:  # (a finished run keeps no seed: its shards are all written anew)
+    if seed is None:
+        if drawn is None:
             candidates = {}
         seed = drawn if drawn is not None else secrets.randbits(63)
-    parts_dir = _parts(output_dir)
-    existed = read.exists(output_dir)
-    tf.io.gfile.makedirs(parts_dir)
-    index_path = _parts(output_dir, "index.pickle")
-    with tf.io.gfile.GFile(index_path, "wb") as f:
-        f.write(pickle.dumps(idx, protocol=pickle.HIGHEST_PROTOCOL))
-    _write_json(_parts(output_dir, "plan.json"), {"plan_sha256": plan, "seed": seed})
-    layout_path = _parts(output_dir, "layout.json")
-    if tf.io.gfile.exists(layout_path):
-        tf.io.gfile.remove(layout_path)
-    Check, Encode, WriteShard, layout_fn, verify = _dofns()
-    n_all = len(idx)
-    if on_error is None:
-        n_shards = shard_writer.shard_count(num_shards, n_all, idx.sizes)
-        fixed = {"num_examples": n_all, "num_shards": n_shards, "seed": seed, "bad": [],
-                 "failed": False}
-        _write_json(layout_path, fixed)
-        fixed["good"] = None
-    logging.info("write_tfrecords: %d files on Beam's %s (%s)", n_all, runner,
-                 " ".join(flags) or "default options")
+    return seed, candidates
 
-    p = beam.Pipeline(runner=make_runner(runner, options), options=options)
-    if on_error is None:
-        layout = p | "Layout" >> beam.Create([fixed])
-    else:
-        checked = (p | "Files" >> beam.Create(_chunks(n_all, CHECK_CHUNK_MAX, 4))
-                   | "Spread files" >> beam.Reshuffle()
-                   | "Check" >> beam.ParDo(Check(index_path, max_pixels, num_shards is None))
-                   .with_outputs("bad", main="good"))
-        bad = checked.bad | "Bad files" >> beam.combiners.ToList()
-        layout = (checked.good | "Good files" >> beam.combiners.ToList()
-                  | "Layout" >> beam.Map(layout_fn, beam.pvalue.AsSingleton(bad),
-                                         parts_dir=parts_dir, on_error=on_error,
-                                         num_shards=num_shards, n_all=n_all, seed=seed))
-    kept = (p | "Previous shards" >> beam.Create(sorted(candidates.values(),
+
+def _prepare(job: Job) -> None:
+    """The parts folder with the index and ``plan.json``; an earlier run's ``layout.json``
+    removed."""
+    tf.io.gfile.makedirs(job.parts_dir)
+    with tf.io.gfile.GFile(job.index_path, "wb") as f:
+        f.write(pickle.dumps(job.idx, protocol=pickle.HIGHEST_PROTOCOL))
+    _write_json(_parts(job.output_dir, "plan.json"), {"plan_sha256": job.plan, "seed": job.seed})
+    if tf.io.gfile.exists(job.layout_path):
+        tf.io.gfile.remove(job.layout_path)
+
+
+def _layout_stage(p, job: Job):
+    """The layout's PCollection (one element): without ``on_error`` every row, laid out
+    here; with it the rows that ``Check`` finds good (``_layout``)."""
+    import apache_beam as beam  # pylint: disable=import-outside-toplevel
+    n_all = len(job.idx)
+    if job.on_error is None:
+        n_shards = shard_writer.shard_count(job.num_shards, n_all, job.idx.sizes)
+        fixed = {"num_examples": n_all, "num_shards": n_shards, "seed": job.seed, "bad": [],
+                 "failed": False}
+        _write_json(job.layout_path, fixed)
+        return p | "Layout" >> beam.Create([dict(fixed, good=None)])
+    check = dofn_class("Check")(job.index_path, job.max_pixels, job.num_shards is None)
+    checked = (p | "Files" >> beam.Create(_chunks(n_all, CHECK_CHUNK_MAX, 4))
+               | "Spread files" >> beam.Reshuffle()
+               | "Check" >> beam.ParDo(check).with_outputs("bad", main="good"))
+    bad = checked.bad | "Bad files" >> beam.combiners.ToList()
+    return (checked.good | "Good files" >> beam.combiners.ToList()
+            | "Layout" >> beam.Map(_layout, beam.pvalue.AsSingleton(bad),
+                                   parts_dir=job.parts_dir, on_error=job.on_error,
+                                   num_shards=job.num_shards, n_all=n_all, seed=job.seed))
+
+
+def _verify_stage(p, job: Job, candidates: Dict[str, dict]):
+    """The names of the previous run's shards found whole (``_verify``)."""
+    import apache_beam as beam  # pylint: disable=import-outside-toplevel
+    return (p | "Previous shards" >> beam.Create(sorted(candidates.values(),
                                                         key=lambda e: e["file"]))
-            | "Verify" >> beam.FlatMap(verify, output_dir=output_dir))
-    layout_side = beam.pvalue.AsSingleton(layout)
-    (layout
-     | "Rows" >> beam.FlatMap(lambda lay: _chunks(lay["num_examples"], ENCODE_CHUNK_MAX, 64))
-     | "Spread rows" >> beam.Reshuffle()
-     | "Encode" >> beam.ParDo(Encode(index_path, shuffle, max_resolution, jpeg_quality,
-                                     max_pixels, encode_threads(runner, options)),
-                              layout_side, beam.pvalue.AsList(kept))
-     | "By shard" >> beam.GroupByKey()
-     | "Write shards" >> beam.ParDo(WriteShard(output_dir, max_resolution is not None,
-                                               idx.mask_paths is not None), layout_side))
+            | "Verify" >> beam.FlatMap(_verify, output_dir=job.output_dir))
+
+
+def _write_stage(layout, kept, job: Job, threads: int) -> None:
+    """Each shard not kept, spread over the workers, encoded and written (``WriteShard``)."""
+    import apache_beam as beam  # pylint: disable=import-outside-toplevel
+    write_shard = dofn_class("WriteShard")(
+        job.index_path, job.output_dir, job.shuffle, job.max_resolution, job.jpeg_quality,
+        job.max_pixels, job.idx.mask_paths is not None, threads)
+    (layout  # pylint: disable=expression-not-assigned
+     | "Shards" >> beam.FlatMap(_shards_to_write, beam.pvalue.AsList(kept))
+     | "Spread shards" >> beam.Reshuffle()
+     | "Write shards" >> beam.ParDo(write_shard, beam.pvalue.AsSingleton(layout)))
+
+
+def _run(p, job: Job):
+    """Runs the job to its end: its result. A job that the layout failed (bad files with
+    ``on_error="raise"``, or no good file) raises ``BadFilesError`` as the single-process
+    writer, leaving nothing behind."""
     try:
         result = p.run()
         result.wait_until_finish()
+        return result
     except Exception:
-        if tf.io.gfile.exists(layout_path):
-            lay = _read_json(layout_path)
+        if tf.io.gfile.exists(job.layout_path):
+            lay = _read_json(job.layout_path)
             if lay.get("failed"):  # nothing written, nothing to resume: as the single writer
-                _clean(output_dir)
-                if not existed and not _listing(output_dir):
-                    tf.io.gfile.rmtree(output_dir)
-                records = [shards_guard_record(path, why) for _, path, why in lay["bad"]]
-                raise shard_writer.BadFilesError(records, n_all, shard_writer.bad_files_message(
-                    records, n_all, on_error)) from None
+                _clean(job.output_dir)
+                if not job.existed and not _listing(job.output_dir):
+                    tf.io.gfile.rmtree(job.output_dir)
+                raise _bad_files_error(lay["bad"], len(job.idx), job.on_error) from None
         raise
-    _log_counters(result, progress)
 
-    lay = _read_json(layout_path)
+
+def _finish(job: Job) -> dict:
+    """Writes ``dataset.json`` (``shard_writer.sidecar``, the single-process writer's text)
+    from the layout and the shards' entries, removes the parts: the sidecar."""
+    lay = _read_json(job.layout_path)
     bad_rows = {r for r, _, _ in lay["bad"]}
-    good_idx = idx.subset([r for r in range(n_all) if r not in bad_rows]) if bad_rows else idx
-    entries = []
-    for k in range(lay["num_shards"]):
-        name = shard_writer.SHARD_PATTERN.format(k, lay["num_shards"])
-        entries.append(_read_json(_parts(output_dir, name + ".json")))
-    skipped = None if on_error is None else [{"path": p_, "reason": why}
-                                             for _, p_, why in lay["bad"]]
-    meta = shard_writer.sidecar(good_idx, entries, plan, max_resolution, jpeg_quality, skipped)
-    with tf.io.gfile.GFile(read.join(output_dir, shard_writer.SIDECAR), "w") as f:
-        f.write(json.dumps(meta, indent=1))
-    _clean(output_dir)
+    idx = job.idx
+    good_idx = idx.subset([r for r in range(len(idx)) if r not in bad_rows]) if bad_rows else idx
+    entries = [_read_json(_parts(job.output_dir, shard_writer.SHARD_PATTERN.format(
+        k, lay["num_shards"]) + ".json")) for k in range(lay["num_shards"])]
+    skipped = None if job.on_error is None else [{"path": path, "reason": why}
+                                                 for _, path, why in lay["bad"]]
+    meta = shard_writer.sidecar(good_idx, entries, job.plan, job.max_resolution,
+                                job.jpeg_quality, skipped)
+    # under a temporary name, then renamed: a rerun's sidecar replaces the previous one whole
+    _write_json(read.join(job.output_dir, shard_writer.SIDECAR), meta)
+    _clean(job.output_dir)
     return meta
 
 

@@ -207,8 +207,10 @@ def _write_options(num_shards, shuffle, seed, on_error, max_pixels, max_resoluti
     seed = config.check_seed(seed)
     if on_error is not None:
         on_error = config.check_on_error(on_error)
-    if max_pixels is not None:
-        max_pixels = checks.check_int("max_pixels", max_pixels)
+    # None is the default limit (as scan's): the same plan_sha256 as the command line's
+    # explicit default, so that a job started by either resumes from the other
+    max_pixels = checks.DEFAULT_MAX_PIXELS if max_pixels is None else checks.check_int(
+        "max_pixels", max_pixels)
     max_resolution, jpeg_quality = check_resolution(max_resolution, jpeg_quality)
     beam_runner, beam_flags = checks.check_beam(beam_runner, beam_options)
     if beam_runner is not None and num_workers is not None:

@@ -348,3 +348,199 @@ def test_segmentation_pairs_write_the_single_process_writers_shards(beam, tmp_pa
                                beam_runner="DirectRunner")  # the default: in process
     assert a == b and a["has_masks"] and a["mask_formats"] == {"png": 6, "bmp": 2}
     assert _files(str(tmp_path / "one")) == _files(str(tmp_path / "beam"))
+
+
+def test_importing_beam_write_leaves_apache_beam_unimported():
+    import subprocess
+    code = ("import sys; from pipeline.convert import beam_write; import pipeline; "
+            "pipeline.write_tfrecords; print(sorted(m for m in sys.modules "
+            "if m.split('.')[0] == 'apache_beam'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_dofn_classes_need_apache_beam_and_say_which_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "apache_beam", None)  # as where it is not installed
+    monkeypatch.delitem(vars(beam_write), "WriteShard", raising=False)  # not built yet
+    with pytest.raises(ImportError, match=r"needs apache-beam.*pip install '\.\[beam\]'"):
+        beam_write.WriteShard
+    with pytest.raises(AttributeError, match="has no attribute 'Shard'"):
+        beam_write.Shard
+
+
+@pytest.mark.beam
+def test_dofn_classes_are_built_once_and_unpickled_by_name_in_a_fresh_process(beam):
+    import subprocess
+    from apache_beam.internal import pickler
+    cls = beam_write.WriteShard
+    assert issubclass(cls, beam.DoFn) and cls is beam_write.dofn_class("WriteShard")
+    assert (cls.__module__, cls.__qualname__) == ("pipeline.convert.beam_write", "WriteShard")
+    data = pickler.dumps(cls("idx.pickle", "out", True, 16, 80, None, False, threads=3))
+    assert len(data) < 1000  # by reference (module and name), not the class's code
+    code = ("import sys; from apache_beam.internal import pickler; "
+            "from pipeline.convert import beam_write; "
+            "fn = pickler.loads(sys.stdin.buffer.read()); "
+            "print(type(fn) is beam_write.WriteShard, fn.index_path, fn.threads, fn.max_resolution)")
+    r = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.decode().split() == ["True", "idx.pickle", "3", "16"]
+
+
+# --- the issue's remaining bullets: sources and options, remote output, resume, the CLI --
+
+@pytest.mark.beam
+def test_a_manifest_unshuffled_with_the_shard_count_from_sizes_matches_the_single_writer(
+        beam, folder, tmp_path):
+    """A manifest source (labels of its own, the bad file listed), shuffle=False and
+    num_shards=None (the count from the good files' sizes, which Check stats)."""
+    names = sorted(os.path.join(c, f) for c in ("cat", "dog", "eel")
+                   for f in os.listdir(os.path.join(folder, c)))
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("path,label\n" + "".join(
+        f"{n},{'odd' if k % 2 else 'even'}\n" for k, n in enumerate(names[::-1])))
+    kw = dict(num_shards=None, shuffle=False, on_error="skip", max_resolution=20,
+              progress=False, root=folder)
+    a = shards.write_tfrecords(str(manifest), str(tmp_path / "a"), **kw)
+    b = shards.write_tfrecords(str(manifest), str(tmp_path / "b"), beam_runner="DirectRunner",
+                               **kw)
+    assert a == b and a["class_names"] == ["even", "odd"] and a["num_examples"] == 36
+    assert [s["path"] for s in a["skipped"]] == [os.path.join(folder, BAD)]
+    assert _files(str(tmp_path / "a")) == _files(str(tmp_path / "b"))
+    from io_helpers import stored_paths
+    assert stored_paths(str(tmp_path / "b")) == [os.path.join(folder, n) for n in names[::-1]
+                                                 if n != BAD]  # unshuffled: the manifest's order
+
+
+@pytest.mark.beam
+def test_remote_output_goes_through_tensorflows_file_systems_and_resumes_there(
+        beam, folder, single):
+    """``ram://`` (TensorFlow's in-memory file system) stands for gs:// / s3://: every path
+    of the job goes through tf.io.gfile, as the readers'; the in-process run shares it."""
+    import uuid
+    import tensorflow as tf
+    out = f"ram://beam-{uuid.uuid4().hex}/out"
+    kw = dict(num_shards=4, on_error="skip", seed=5, progress=False, beam_runner="DirectRunner")
+
+    def files():
+        return {f: tf.io.gfile.GFile(f"{out}/{f}", "rb").read()
+                for f in sorted(tf.io.gfile.listdir(out))}
+
+    meta = shards.write_tfrecords(folder, out, **kw)
+    assert files() == _files(single) and meta == json.loads(_files(single)["dataset.json"])
+    tf.io.gfile.remove(f"{out}/data-00001-of-00004.tfrecord")
+    assert shards.write_tfrecords(folder, out, **kw) == meta
+    assert files() == _files(single)  # the missing shard written again, nothing else left
+    ds = pipeline.from_tfrecords(out, image_size=(8, 8), batch_size=9, shuffle=False)
+    assert sum(int(y.shape[0]) for _, y in ds) == 36
+
+
+@pytest.mark.beam
+def test_a_partial_shard_under_its_temporary_name_is_never_taken_for_complete(
+        two_workers, single, folder, tmp_path):
+    """A job that died while writing shard 1: its records half written under the temporary
+    name, and (worse) an entry for shard 1 among the finished ones. The rerun keeps 0, 2,
+    3, writes 1 and removes the partial file."""
+    out = str(tmp_path / "o")
+    shutil.copytree(two_workers[0], out)
+    meta = json.loads(_files(out)["dataset.json"])
+    os.remove(os.path.join(out, "dataset.json"))
+    parts = os.path.join(out, beam_write.PARTS)
+    os.makedirs(parts)
+    open(os.path.join(parts, "plan.json"), "w").write(json.dumps(
+        {"plan_sha256": meta["plan_sha256"], "seed": 5}))
+    for entry in meta["shards"]:
+        open(os.path.join(parts, entry["file"] + ".json"), "w").write(json.dumps(entry))
+    shard1 = os.path.join(out, "data-00001-of-00004.tfrecord")
+    data = open(shard1, "rb").read()
+    os.remove(shard1)
+    partial = shard1 + ".tmp-123-abc"
+    open(partial, "wb").write(data[:len(data) // 2])
+    kept = {f: os.stat(os.path.join(out, f)).st_mtime_ns for f in
+            ("data-00000-of-00004.tfrecord", "data-00002-of-00004.tfrecord",
+             "data-00003-of-00004.tfrecord")}
+    assert shards.write_tfrecords(folder, out, 4, on_error="skip", seed=5, progress=False,
+                                  beam_runner="DirectRunner") == meta
+    assert _files(out) == _files(single)  # shard 1 whole, the partial file and parts gone
+    for f, mtime in kept.items():
+        assert os.stat(os.path.join(out, f)).st_mtime_ns == mtime, f"{f} was written again"
+
+
+@pytest.mark.beam
+def test_an_unseeded_interrupted_job_resumes_with_the_seed_it_drew(beam, folder, tmp_path):
+    out = str(tmp_path / "o")
+    blocker = os.path.join(out, beam_write.PARTS, "data-00003-of-00004.tfrecord.json")
+    os.makedirs(blocker)
+    kw = dict(num_shards=4, on_error="skip", seed=None, progress=False,
+              beam_runner="DirectRunner")
+    with pytest.raises(Exception):
+        shards.write_tfrecords(folder, out, **kw)
+    os.rmdir(blocker)
+    parts = os.path.join(out, beam_write.PARTS)
+    drawn = json.load(open(os.path.join(parts, "plan.json")))["seed"]
+    assert isinstance(drawn, int) and 0 <= drawn < 2 ** 63
+    done = {f[:-len(".json")] for f in os.listdir(parts) if f.endswith(".tfrecord.json")}
+    kept = {f: os.stat(os.path.join(out, f)).st_mtime_ns for f in done}
+    assert done
+    meta = shards.write_tfrecords(folder, out, **kw)
+    for f, mtime in kept.items():
+        assert os.stat(os.path.join(out, f)).st_mtime_ns == mtime, f"{f} was written again"
+    # the shards are those of the order the first attempt drew
+    seeded = str(tmp_path / "seeded")
+    want = shards.write_tfrecords(folder, seeded, 4, on_error="skip", seed=drawn,
+                                  progress=False)
+    got, ref = _files(out), _files(seeded)
+    assert [s["records_sha256"] for s in meta["shards"]] == [
+        s["records_sha256"] for s in want["shards"]]
+    assert {f: v for f, v in got.items() if f != "dataset.json"} == {
+        f: v for f, v in ref.items() if f != "dataset.json"}
+
+
+def _convert(*args, timeout=600):
+    import subprocess
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return subprocess.run([sys.executable, "-m", "pipeline", "convert", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=repo,
+                          env=dict(os.environ, PYTHONPATH=repo))
+
+
+@pytest.mark.beam
+def test_the_convert_command_on_beam_writes_the_shards_and_shows_the_jobs_counters(
+        beam, folder, single, tmp_path):
+    out = str(tmp_path / "o")
+    r = _convert(folder, out, "--num_shards=4", "--on_error=skip", "--seed=5",
+                 "--beam_runner=DirectRunner", "--beam_options=direct_running_mode=in_memory")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _files(out) == _files(single)
+    assert ("write_tfrecords on Beam: bad_files 1, files_checked 37, records_encoded 36, "
+            "shards_written 4") in r.stderr
+    assert "wrote 36 records in 4 shards" in r.stdout and "1 bad file" in r.stdout
+    # a rerun keeps every shard (the counters say so); --noprogress: no counters
+    r = _convert(folder, out, "--num_shards=4", "--on_error=skip", "--seed=5",
+                 "--beam_runner=DirectRunner")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "shards_kept 4" in r.stderr and "records_encoded" not in r.stderr
+    r = _convert(folder, str(tmp_path / "q"), "--num_shards=4", "--on_error=skip",
+                 "--beam_runner=DirectRunner", "--noprogress")
+    assert r.returncode == 0 and "write_tfrecords on Beam:" not in r.stderr
+
+
+@pytest.mark.beam
+def test_the_convert_command_on_beam_exits_1_naming_the_bad_file(beam, folder, tmp_path):
+    r = _convert(folder, str(tmp_path / "o"), "--num_shards=4", "--beam_runner=DirectRunner")
+    assert r.returncode == 1, (r.stdout[-2000:], r.stderr[-3000:])
+    assert os.path.join(folder, BAD) in r.stderr and "1 bad files of 37" in r.stderr
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_max_pixels_none_and_the_default_limit_are_one_plan(folder, tmp_path):
+    """The command line gives max_pixels=178,956,970 explicitly, Python None: one
+    conversion, so that a Beam job started by either resumes from the other."""
+    from pipeline import checks
+    kw = dict(num_shards=1, on_error="skip", progress=False)
+    a = shards.write_tfrecords(folder, str(tmp_path / "a"), **kw)
+    b = shards.write_tfrecords(folder, str(tmp_path / "b"), max_pixels=checks.DEFAULT_MAX_PIXELS,
+                               **kw)
+    c = shards.write_tfrecords(folder, str(tmp_path / "c"), max_pixels=10 ** 6, **kw)
+    assert a["plan_sha256"] == b["plan_sha256"] != c["plan_sha256"]
