@@ -6,9 +6,10 @@ same graph ops the dataset uses (``tf.io.read_file``, ``pipeline.decode.image.De
 
     read -> read+decode -> read+decode+resize -> (+augment) -> (+extra_map) -> +batch
 
-Each prefix is timed twice over the same ``num_elements`` elements after a
-warm-up: once single-threaded (sequential map, one intra-op thread: the cost of
-a stage is the difference of consecutive prefixes, in ms per image) and once
+Each prefix is timed over the same ``num_elements`` elements after a
+warm-up: single-threaded (sequential map, one intra-op thread; the least CPU
+time of 3 rounds: the cost of a stage is the difference of consecutive
+prefixes, in ms per image) and once
 with the dataset's parallelism (images/s). The dataset itself is then timed as
 delivered (batches, prefetch; images/s and images per CPU-second), and compared
 with a consumption rate: ``target_images_per_sec`` or one measured from a
@@ -16,7 +17,7 @@ compiled Keras model's ``train_on_batch`` on synthetic batches of the dataset's
 element spec.
 
 Timed prefixes end in a scalar that depends on the pixels (so no stage is
-pruned), pulled in batches of 64 (little Python per element).
+pruned), pulled in batches of 8 (little Python per element).
 Numbers swing between runs on shared machines; compare stages within one report.
 """
 
@@ -220,11 +221,14 @@ def stage_costs(measured) -> List[StageCost]:
 
 
 # --------------------------------------------------------------- measuring
-def _time_reduce(ds: tf.data.Dataset, n: int, warmup: int):
+def _time_reduce(ds: tf.data.Dataset, n: int, warmup: int, rounds: int = 1):
     """(wall seconds, process CPU seconds, count) for ~``n`` elements after ``warmup``.
 
     One iterator: the warm-up absorbs its set-up (function instantiation, graph
-    rewrites, thread start), which would otherwise dominate a short run.
+    rewrites, thread start), which would otherwise dominate a short run. With
+    ``rounds`` > 1, ``n`` elements are timed that many times on the same iterator
+    and the least wall and the least CPU time are returned (as ``timeit`` does:
+    noise from other processes and threads only ever adds time).
     Elements are scalars pulled in chunks of 8 (little Python per element);
     ``n`` and ``warmup`` are rounded up to whole chunks. Not ``Dataset.reduce``:
     it runs the pipeline inside one op, and a parallel map whose function runs
@@ -235,11 +239,14 @@ def _time_reduce(ds: tf.data.Dataset, n: int, warmup: int):
     it = iter(ds.batch(chunk))
     for _ in range(max(1, -(-warmup // chunk))):
         next(it)
-    c, t = time.process_time(), time.perf_counter()
-    got = 0
-    for _ in range(-(-n // chunk)):
-        got += int(tf.size(next(it)))
-    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    wall = cpu = float("inf")
+    for _ in range(rounds):
+        c, t = time.process_time(), time.perf_counter()
+        got = 0
+        for _ in range(-(-n // chunk)):
+            got += int(tf.size(next(it)))
+        wall = min(wall, time.perf_counter() - t)
+        cpu = min(cpu, time.process_time() - c)
     return wall, cpu, got
 
 
@@ -467,7 +474,7 @@ def _time_prefix(make, n, warmup, per_element, opts, parallel_stages):
     """(single-threaded CPU ms per image, parallel images/s or NaN) of ``make(calls)``:
     the timed dataset with a map of ``num_parallel_calls=calls`` (None: sequential),
     ``per_element`` images in each element."""
-    _, cpu, got = _time_reduce(_single_thread(make(None)), n, warmup)
+    _, cpu, got = _time_reduce(_single_thread(make(None)), n, warmup, rounds=3)
     cum = 1000.0 * cpu / (got * per_element)
     ips = float("nan")
     if parallel_stages:
