@@ -301,3 +301,31 @@ def test_the_jpeg_checks_are_traced_once_across_factory_calls(tmp_path):
         counts.append([f.traced.experimental_get_tracing_count() for f in (
             decode._exif_block_orientation, decode._progressive_cut_reason(True))])
     assert counts[0] == counts[1] == [1, 1]
+
+
+def test_decode_and_batch_checks_are_traced_once_for_every_image_size(tmp_path):
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+
+    import pipeline  # pylint: disable=import-outside-toplevel
+    from pipeline.decode import image as decode  # pylint: disable=import-outside-toplevel
+    rng = np.random.default_rng(0)
+    for c in "ab":
+        os.makedirs(tmp_path / c)
+        Image.fromarray(rng.integers(0, 255, (40, 36, 3), np.uint8)).save(tmp_path / c / "0.jpg")
+
+    def pixels(size):
+        ds = pipeline.from_directory(str(tmp_path), image_size=size, batch_size=None,
+                                     shuffle=False)
+        return [x.numpy() for x, _ in ds]
+
+    first = pixels((8, 8))
+    calls = lambda: sorted(  # noqa: E731 (the traced bodies of decode and check_batch)
+        fn.traced.experimental_get_tracing_count() for fn in
+        [v for v in decode._SHARED_DECODES.values()] + [v[0] for v in decode._SHARED_CHECKS.values()])
+    before = calls()
+    for size in ((6, 5), (12, 10), (20, 18)):  # 12x10: 40x36 decoded at 1/2 scale (>= 2.4x)
+        got = pixels(size)
+        assert [x.shape for x in got] == [size + (3,)] * 2
+    assert calls() == before and set(before) == {1}
+    np.testing.assert_array_equal(pixels((8, 8)), first)

@@ -1412,11 +1412,11 @@ class Decoder:
                     why += (f" (tensorflow-io, which decodes it in graph, is unusable here: "
                             f"{self.tfio_unusable}; {stack.TFIO_STACK_HINT})")
             elif fid == _F.HEIF and "heif" not in self.plugins:
-                why = ("HEIC/HEIF image (ISO-BMFF 'ftyp' heic/mif1 brand): no decoder for it is "
+                why = ("HEIC/HEIF image (ISO-BMFF ftyp box, brand heic/mif1): no decoder for it is "
                        "installed; pip install pillow-heif to decode it (through the Pillow "
                        "fallback), or convert it to JPEG")
             elif fid == _F.AVIF and name not in self.tfio_formats and "avif" not in self.plugins:
-                why = ("AVIF image (ISO-BMFF 'ftyp' avif brand): no decoder for it is usable here"
+                why = ("AVIF image (ISO-BMFF ftyp box, brand avif): no decoder for it is usable here"
                        + (f" (tensorflow-io: {self.tfio_unusable})" if self.tfio_unusable else "")
                        + "; files named .avif use tensorflow-io on the TensorFlow 2.16 stack, or "
                        "pip install pillow-avif-plugin (Pillow fallback), or convert to JPEG")
@@ -1488,7 +1488,8 @@ class Decoder:
         width) in both sides: the largest such reduction, except that 1/2 is
         taken from 2.4x on (``DCT_HALF_FROM``, 12/5: from 2x to about 2.3x a full
         decode + bilinear resize is the closer one to an antialiased resize,
-        measured in ``benchmarks/resize_quality.py``). Of ``[k]`` sides, int32 ``[k]``."""
+        measured in ``benchmarks/resize_quality.py``). Of ``[k]`` sides, int32 ``[k]``.
+        ``target``: two ints, or an int ``[2]`` tensor."""
         # one row per reduction (1/2, 1/4, 1/8, 1/16): the scaled side is
         # (side * p + a) // q -- 5 side // 12 >= t is "side >= 2.4 t"; ceil(side / 8)
         # // 2 >= t is (side + 7) // 16 >= t -- seven ops, whatever the rows
@@ -1499,7 +1500,7 @@ class Decoder:
             rows[-1, 1] = 7  # 1/16: ceil(side / 8) // 2, as _halve gives it
         sides = tf.cast(tf.stack([height, width], -1), tf.int64)
         scaled = (sides[..., None, :] * rows[:, :1] + rows[:, 1:2]) // rows[:, 2:]
-        fits = tf.reduce_all(scaled >= np.array([target], np.int64), axis=-1)
+        fits = tf.reduce_all(scaled >= tf.reshape(tf.cast(target, tf.int64), [1, 2]), axis=-1)
         return tf.reduce_sum(tf.cast(fits, tf.int32), -1)
 
     def _jpeg_scaled(self, contents, index, window=None, height=None, width=None):
@@ -1802,8 +1803,18 @@ class Decoder:
         bare ``decode_jpeg`` (1,485 µs), most of it the EXIF read of files
         whose segments must be walked.
         """
+        if window_fn is None and self._graph_token is None and not tf.executing_eagerly():
+            return _shared_decode(self, target, with_box, with_shape, checked)(
+                self, contents, checked)
+        return self._decode(contents, window_fn, target, with_box, with_shape, checked)
+
+    def _decode(self, contents, window_fn, target, with_box, with_shape, checked):
+        """``decode``, built here (``_shared_decode`` builds it once per configuration)."""
         c = self.channels
         boxed = window_fn is not None and target is not None
+        if checked is not None:  # (``check_stage`` carries its int32 entries as int64)
+            checked = {k: tf.cast(v, tf.int32) if k in CHECKED_INT32 else v
+                       for k, v in checked.items()}
 
         def jpeg(words):  # (image, reason[, box], shape)
             out = self._jpeg_path(contents, words, window_fn, target)
@@ -1847,9 +1858,12 @@ class Decoder:
         windowed in graph as ``_others`` does (and returns as it does). The first
         file of each kind (``formats.variant``) is logged, once per decoder."""
         c = self.channels
-        seen, lock = self._fallback_seen, self._fallback_lock
+        token = self._graph_token
+        if token is None:
+            token = tf.constant(self._token, tf.int64)
 
-        def run(b):
+        def run(b, t):
+            seen, lock, _ = _fallback_state(int(t))
             head = b.numpy()[:4096]
             kind = _F.variant(head)
             with lock:  # bytes of no known format are bad files, named by the guard
@@ -1860,9 +1874,9 @@ class Decoder:
                                 "named as JPEGs: their decoder runs from Python (slow path: the "
                                 "graph holds the JPEG decoder only); naming files by their "
                                 "format (.png, ...) decodes them in graph", kind)
-            return self._others(b, None)[:2]
+            return self._others_whole(b, t)[:2]
 
-        img, reason = tf.py_function(run, [contents], [tf.uint8, tf.string],
+        img, reason = tf.py_function(run, [contents, token], [tf.uint8, tf.string],
                                      name=OTHERS_OP_NAME)
         img.set_shape([None, None, c])
         reason.set_shape([])
@@ -1876,7 +1890,9 @@ class Decoder:
         """Every format but JPEG: sniff, header size and bomb guard, one Case (built once
         per process for decoders of one ``graph_key``: ``_shared_others``), then the window
         of a good image. Returns (image, reason, the whole image's shape int32 [2])."""
-        token = tf.constant(self._token, tf.int64)
+        token = self._graph_token
+        if token is None:
+            token = tf.constant(self._token, tf.int64)
         if tf.executing_eagerly():
             img, reason, shape = self._others_whole(contents, token)
         else:
@@ -1892,11 +1908,11 @@ class Decoder:
     def _others_whole(self, contents, token):
         """``_others`` without the window: (image, reason, shape int32 [2]); ``token``
         (int64 scalar) names the decoder whose fallback state the py_functions use."""
-        self._graph_token = token
+        outer, self._graph_token = self._graph_token, token
         try:
             return self._others_cases(contents)
         finally:
-            self._graph_token = None
+            self._graph_token = outer
 
     def _others_cases(self, contents):
         head = bytes_at(contents, 0, 64)
@@ -1968,10 +1984,20 @@ def check_stage(ds, decoder: "Decoder", contents_at: int, target=None,
     checks = _shared_check(decoder, None if target is None else tuple(int(t) for t in target))
 
     def add(*el):
-        return el + (checks(el[contents_at]),)
+        out = checks(el[contents_at])
+        # int32 entries travel as int64: a function returning an int32 it computed cannot
+        # run on its one device (``stack.map_on_its_device``); ``decode`` casts them back
+        return el + ({k: tf.cast(v, tf.int64) if k in CHECKED_INT32 else v
+                      for k, v in out.items()},)
     add = tf.autograph.experimental.do_not_convert(add)
-    ordered = {} if parallelism is None else {"deterministic": True}  # (a serial map keeps order)
-    return ds.batch(batch).map(add, num_parallel_calls=parallelism, **ordered).unbatch()
+    # on its device: the multi-device runtime would run Grappler over its ~950 ops at every
+    # iterator (each epoch), some 0.15 CPU-s
+    return stack.map_on_its_device(ds.batch(batch), add, parallelism,
+                                   None if parallelism is None else True).unbatch()
+
+
+# ``check_batch``'s int32 entries (``check_stage`` passes them on as int64)
+CHECKED_INT32 = ("orientation", "scans", "scale")
 
 
 # Decoders' tokens; the fallback's Python state of each live decoder, by token: (kinds
@@ -1981,6 +2007,43 @@ _FALLBACK_STATE: Dict[int, tuple] = {}
 _DECODER_STATE = ("_token", "_fallback_seen", "_fallback_lock", "fallback_stats",
                   "_graph_token")
 _SHARED_OTHERS: Dict[tuple, Callable] = {}
+
+
+_SHARED_DECODES: Dict[tuple, Callable] = {}
+
+
+def _shared_decode(decoder: "Decoder", target, with_box: bool, with_shape: bool,
+                   checked) -> Callable:
+    """``f(caller, contents, checked) -> caller.decode(contents, target=target, with_box=,
+    with_shape=, checked=checked)`` without a ``window_fn``: ``decoder._decode`` traced once
+    per process for each ``graph_key``, outputs and ``checked`` entries
+    (``stack.traced_once``), so that a factory call does not build the JPEG path, its rare
+    branches and the other formats' call again (about 1 CPU-s of Python). The target size
+    and the calling decoder's token are inputs: one graph serves every image size, and the
+    py_functions inside find the fallback state of the decoder that calls them."""
+    sized = target is not None
+    names = () if checked is None else tuple(sorted(checked))
+    dtypes = tuple(tf.as_dtype(checked[k].dtype) for k in names)
+    key = (decoder.graph_key(), sized, bool(with_box), bool(with_shape), names, dtypes)
+    call = _SHARED_DECODES.get(key)
+    if call is None:
+        specs = [tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
+                 tf.TensorSpec([2], tf.int64)] + [tf.TensorSpec([], d) for d in dtypes]
+
+        def body(contents, token, size, *values):
+            decoder._graph_token = token
+            try:
+                return tuple(decoder._decode(contents, None, size if sized else None, with_box,
+                                             with_shape, dict(zip(names, values)) or None))
+            finally:
+                decoder._graph_token = None
+        call = _SHARED_DECODES.setdefault(key, stack.traced_once(*specs)(body))
+
+    def fn(caller: "Decoder", contents, checked):
+        values = [] if checked is None else [checked[k] for k in names]
+        size = tf.constant(list(target) if sized else [0, 0], tf.int64)
+        return call(contents, tf.constant(caller._token, tf.int64), size, *values)
+    return fn
 
 
 def _fallback_state(token: int) -> tuple:
@@ -2006,26 +2069,30 @@ _SHARED_CHECKS: Dict[tuple, Callable] = {}
 
 def _shared_check(decoder: "Decoder", target) -> Callable:
     """``f(contents str [k]) -> dict``: ``decoder.check_batch(contents, target)`` traced once
-    per process for each (``graph_key``, ``target``) (``stack.traced_once``): its vector
+    per process for each ``graph_key``, with or without a target (``stack.traced_once``;
+    the target size is an input): its vector
     ops (some 950) are built once, not at every factory call (about 0.5 CPU-s each);
     at run time it is one ``Case`` op per batch of files."""
-    key = (decoder.graph_key(), target)
-    fn = _SHARED_CHECKS.get(key)
-    if fn is None:
+    sized = target is not None
+    key = (decoder.graph_key(), sized)
+    shared = _SHARED_CHECKS.get(key)
+    if shared is None:
         names: List[str] = []
 
-        def flat(contents):
-            out = decoder.check_batch(contents, target)
+        def flat(contents, size):
+            out = decoder.check_batch(contents, size if sized else None)
             names[:] = sorted(out)
             return tuple(out[k] for k in names)
 
-        call = stack.traced_once(tf.TensorSpec([None], tf.string))(flat)
+        shared = _SHARED_CHECKS.setdefault(key, (stack.traced_once(
+            tf.TensorSpec([None], tf.string), tf.TensorSpec([2], tf.int64))(flat), names))
+    call, names = shared
 
-        def fn(contents):
-            values = call(contents)  # traces on the first call, which fills ``names``
-            values = values if isinstance(values, tuple) else (values,)
-            return dict(zip(names, values))
-        fn = _SHARED_CHECKS.setdefault(key, fn)
+    def fn(contents):
+        size = tf.constant(list(target) if sized else [0, 0], tf.int64)
+        values = call(contents, size)  # traces on the first call, which fills ``names``
+        values = values if isinstance(values, tuple) else (values,)
+        return dict(zip(names, values))
     return fn
 
 
