@@ -611,7 +611,8 @@ class Graph:
             raise ValueError(
                 f"The {self.subset_name or 'dataset'} subset is empty: no files to read. "
                 "Lower `validation_split` or add files. "
-                f"Received: subset={self.subset_name!r}")
+                f"Received: subset={self.subset_name!r}, "
+                f"validation_split={getattr(self.opts, 'validation_split', None)!r}")
         if self.has_labels and self.opts.label_mode == "binary" and num_classes != 2:
             shown = list(self.class_names or [])
             shown = shown if len(shown) <= 10 else shown[:10] + [f"... {len(shown) - 10} more"]

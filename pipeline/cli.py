@@ -185,7 +185,8 @@ def _flags(bench_flags: list) -> Dict[str, list]:
     bomb = ("A file whose header claims more pixels than this is a bad file; the default, the "
             "factories' too, is Pillow's decompression-bomb limit (2 x PIL.Image.MAX_IMAGE_PIXELS)")
     manifest = [("path_column", None, "Manifest column of the image paths ({} a manifest)."),
-                ("label_columns", None, "Manifest label column(s) ({} a manifest).", Names),
+                ("label_columns", None, "Manifest label column(s) ({} a manifest; by default "
+                 "the column 'label' if there is one, else no labels).", Names),
                 ("root", None, "Manifest root for relative paths ({} a manifest).", "DIR"),
                 ("allow_outside_root", False, "A manifest {} may name files outside its folder.")]
     return {

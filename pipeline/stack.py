@@ -200,8 +200,8 @@ TFIO_SCHEMES = ("s3", "hdfs", "viewfs", "har", "az", "http", "https", "oss")
 
 TFIO_EXTRA = "tfio"  # setup.cfg's extra that installs tensorflow-io
 TFIO_STACK_HINT = ("install the [tfio] extra on TensorFlow 2.16, the stack where tensorflow-io's "
-                   "ops load, e.g. pip install 'tf-image-pipeline[tfio]' 'tensorflow==2.16.2' "
-                   "(in a source tree: pip install -c constraints/tf216.txt -e '.[tfio]')")
+                   "ops load: in pipeline's checkout, pip install -c constraints/tf216.txt "
+                   "-e '.[tfio]'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,8 +244,8 @@ def _probe() -> TfioStatus:
     version = _dist_version("tensorflow-io")
     if version is None:
         return TfioStatus(False, None, "tensorflow-io is not installed (the optional [tfio] "
-                                       "extra: pip install 'tf-image-pipeline[tfio]', "
-                                       "TensorFlow 2.16 only)")
+                                       "extra: pip install -e '.[tfio]' in pipeline's "
+                                       "checkout, TensorFlow 2.16 only)")
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         try:
@@ -486,7 +486,7 @@ def fsspec_problem(protocol: str) -> str:
         import fsspec  # pylint: disable=import-outside-toplevel
         fsspec.get_filesystem_class(protocol)
     except ImportError as e:
-        extra = "'tf-image-pipeline[s3]'" if protocol in ("s3", "s3a") else "fsspec"
+        extra = "-e '.[s3]' (in pipeline's checkout)" if protocol in ("s3", "s3a") else "fsspec"
         return f"fsspec cannot open {protocol}:// here ({e}); pip install {extra}"
     except ValueError as e:  # unknown protocol
         return f"fsspec knows no {protocol}:// file system ({e})"

@@ -69,7 +69,7 @@ from pipeline.sources import read
 from pipeline.convert import shard_writer
 
 PARTS = "dataset.json.parts"
-INSTALL_HINT = "pip install '.[beam]' (from a checkout; or pip install 'tf-image-pipeline[beam]')"
+INSTALL_HINT = "pip install -e '.[beam]' in pipeline's checkout (constraints/*-beam.txt)"
 NAMESPACE = "pipeline"
 CHECK_CHUNK_MAX = 1000     # files per Check element (one scan_index graph each)
 # Runners that run here, on Beam's FnApiRunner (check_local, encode_threads).

@@ -169,9 +169,14 @@ class ErrorLog:
 
 def summarize(records: List[ErrorRecord], limit: int = 10) -> str:
     """One line for bad-file records: the reasons by count (the ``limit`` most
-    common) and the first ``limit`` files with their reasons, in order."""
+    common, then how many files have another reason) and the first ``limit`` files
+    with their reasons, in order."""
     by_reason = collections.Counter(r.reason for r in records)
-    lines = [f"{n} x {reason}" for reason, n in by_reason.most_common(limit)]
+    shown = by_reason.most_common(limit)
+    lines = [f"{n} x {reason}" for reason, n in shown]
+    if len(by_reason) > len(shown):
+        left = len(records) - sum(n for _, n in shown)
+        lines.append(f"{left} x {len(by_reason) - len(shown)} other reason(s)")
     first = "; ".join(f"{r.path}: {r.reason}" for r in records[:limit])
     more = f"; ... and {len(records) - limit} more" if len(records) > limit else ""
     return f"Reasons: {', '.join(lines)}. First files: {first}{more}."
@@ -222,15 +227,19 @@ _TF_NOISE = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]+\]( name:\
 # tf.debugging.Assert's message: "Expected 'tf.Tensor(False, ...)' to be true. Summarized
 # data: b'<the message>'"; the message alone is the reason.
 _ASSERT_DATA = re.compile(r"Summarized data: b?(['\"])(.*?)\1")
+# A Python object's repr with its address (Pillow: "cannot identify image file
+# <_io.BytesIO object at 0x7f...>"): it would make each file's reason differ from run to run
+_OBJECT_REPR = re.compile(r"\s*<[\w.]+ object at 0x[0-9a-fA-F]+>")
 
 
 def clean_message(text: str, limit: int = 200) -> str:
-    """An op's error message without TensorFlow's function/op annotations, first line;
-    of a failed ``tf.debugging.Assert``, its data (the message) alone."""
+    """An op's error message without TensorFlow's function/op annotations or Python
+    object reprs with their addresses, first line; of a failed ``tf.debugging.Assert``,
+    its data (the message) alone."""
     found = _ASSERT_DATA.search(text or "")
     if found:
         text = found.group(2)
-    text = _TF_NOISE.sub(" ", text or "").strip()
+    text = _OBJECT_REPR.sub("", _TF_NOISE.sub(" ", text or "")).strip()
     first = text.splitlines()[0].strip() if text else ""
     return first[:limit].rstrip(" :")
 

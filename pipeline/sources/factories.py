@@ -222,6 +222,8 @@ def from_manifest(manifest, path_column: str = "path", label_columns=None, root=
         FileNotFoundError: the manifest, or a listed local file, is missing (the
             message names the manifest line). With ``on_error="skip"`` a
             missing file is a recorded bad file instead.
+        IsADirectoryError: ``manifest`` is a folder (class folders:
+            ``from_directory``).
         ValueError: a bad argument; or (``ManifestError``) a missing column, an
             empty path, an unparseable label or a path escaping ``root``, with
             the manifest's file name and line number.

@@ -220,6 +220,7 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
     Raises:
         FileNotFoundError: the manifest, or a listed local file, is missing
             (the message names the manifest line).
+        IsADirectoryError: ``manifest`` is a folder.
         PermissionError: a listed local file cannot be accessed (e.g. a
             folder on its path cannot be searched; the line is named).
         ManifestError (a ValueError): a missing column, an empty path, an
@@ -228,6 +229,10 @@ def index_manifest(manifest, path_column: str = "path", label_columns=None,
     """
     manifest = os.fspath(manifest)
     remote = read.is_remote(manifest)
+    if not remote and os.path.isdir(manifest):
+        raise IsADirectoryError(
+            f"`manifest` must be a file (.csv, .tsv, .jsonl or .json), not a folder; "
+            f"for class folders use pipeline.from_directory. Received: manifest={manifest!r}")
     if not remote and not os.path.isfile(manifest):
         raise FileNotFoundError(f"`manifest` does not exist: {manifest!r}")
     if not manifest.lower().endswith(MANIFEST_EXTENSIONS):

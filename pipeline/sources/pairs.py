@@ -76,12 +76,12 @@ def _ambiguous(what: str, folder: str, keys: Dict[str, List[str]]) -> None:
             f"Received: {what}s_dir={folder!r}")
 
 
-def index_directory_pairs(images_dir, masks_dir, mask_suffix: str = "",
+def index_directory_pairs(directory, masks_dir, mask_suffix: str = "",
                           image_suffix: str = "", follow_links: bool = False,
                           on_error: str = "raise") -> index_lib.Index:
     """Images and masks matched by relative path and stem -> an ``Index`` with ``mask_paths``.
 
-    The image ``images_dir/a/b/x.jpg`` pairs with the mask
+    The image ``directory/a/b/x.jpg`` pairs with the mask
     ``masks_dir/a/b/x<mask_suffix>.<any image extension>``; with
     ``image_suffix``, an image's stem must end with it and it is removed first
     (Cityscapes: ``x_leftImg8bit.png`` with ``x_gtFine_labelIds.png``:
@@ -93,31 +93,39 @@ def index_directory_pairs(images_dir, masks_dir, mask_suffix: str = "",
 
     Raises:
         FileNotFoundError: a folder does not exist.
-        ValueError: not a folder, a bad suffix, no images, a stem naming two
+        ValueError: not a folder, ``masks_dir`` the images' folder with the same
+            suffix, a bad suffix, no images, a stem naming two
             files of one side (ambiguous), or (``on_error="raise"``) an image
             without a mask or a mask without an image: the message counts
             them and names the first few, each with where its partner was
             looked for.
     """
-    images_dir = _check_folder("images_dir", images_dir)
+    directory = _check_folder("directory", directory)
     masks_dir = _check_folder("masks_dir", masks_dir)
     mask_suffix = _check_suffix("mask_suffix", mask_suffix)
     image_suffix = _check_suffix("image_suffix", image_suffix)
-    images, img_errors, left_img = index_lib.list_images(images_dir, follow_links)
+    if mask_suffix == image_suffix and read.same_folder(directory, masks_dir):
+        raise ValueError(
+            "`masks_dir` is the images' own folder with the same suffix: every image would "
+            "be its own mask. Give the masks' folder, or tell masks from images by "
+            "`mask_suffix` (e.g. '_mask') and `image_suffix`. "
+            f"Received: directory={directory!r}, masks_dir={masks_dir!r}, "
+            f"mask_suffix={mask_suffix!r}, image_suffix={image_suffix!r}")
+    images, img_errors, left_img = index_lib.list_images(directory, follow_links)
     masks, mask_errors, left_mask = index_lib.list_images(masks_dir, follow_links)
-    index_lib.warn_left_out(left_img, images_dir)
+    index_lib.warn_left_out(left_img, directory)
     index_lib.warn_left_out(left_mask, masks_dir)
     if not images:
-        raise ValueError(f"No image files found in `images_dir`. "
-                         f"Received: images_dir={images_dir!r}")
-    img_keys, img_other = _keys(images_dir, images, image_suffix)
+        raise ValueError(f"No image files found in `directory`. "
+                         f"Received: directory={directory!r}")
+    img_keys, img_other = _keys(directory, images, image_suffix)
     mask_keys, mask_other = _keys(masks_dir, masks, mask_suffix)
-    for folder, other, suffix, name in ((images_dir, img_other, image_suffix, "image_suffix"),
+    for folder, other, suffix, name in ((directory, img_other, image_suffix, "image_suffix"),
                                         (masks_dir, mask_other, mask_suffix, "mask_suffix")):
         if other:
             logging.warning("pipeline: left out %d file(s) under %s whose stem does not end "
                             "with %s=%r, e.g. %s", len(other), folder, name, suffix, other[0])
-    _ambiguous("image", images_dir, img_keys)
+    _ambiguous("image", directory, img_keys)
     _ambiguous("mask", masks_dir, mask_keys)
     img_bad = {p: e for k, e in img_errors.items() for p in [images[k]]}
     mask_bad = {p: e for k, e in mask_errors.items() for p in [masks[k]]}
@@ -137,7 +145,7 @@ def index_directory_pairs(images_dir, masks_dir, mask_suffix: str = "",
         mask_paths.append(mask)
     for key in sorted(set(mask_keys) - set(img_keys), key=lambda k: mask_keys[k][0]):
         mask = mask_keys[key][0]
-        looked = read.join(images_dir, key + image_suffix) + ".*"
+        looked = read.join(directory, key + image_suffix) + ".*"
         why = f"mask without an image: no {looked}"
         no_image.append((mask, why))
         errors[len(paths)] = why
@@ -151,7 +159,7 @@ def index_directory_pairs(images_dir, masks_dir, mask_suffix: str = "",
             f"{len(no_mask)} image(s) without a mask and {len(no_image)} mask(s) without an "
             f"image: {shown}{more}. Pairs are matched by relative folder and stem (see "
             "mask_suffix / image_suffix); pass on_error='skip' to skip and record them. "
-            f"Received: images_dir={images_dir!r}, masks_dir={masks_dir!r}")
+            f"Received: directory={directory!r}, masks_dir={masks_dir!r}")
     return index_lib.Index(paths, None, None, None, index_lib.check_tiffs(paths, errors),
                            left_img + left_mask, mask_paths=mask_paths)
 

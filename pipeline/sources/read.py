@@ -325,6 +325,17 @@ def exists(path: str) -> bool:
     return os.path.exists(path)
 
 
+def same_folder(a: str, b: str) -> bool:
+    """Whether two folder paths name one folder: the same file system entry where both
+    are local (``os.path.samefile``), else the same URI once trailing slashes go."""
+    if not (is_remote(a) or is_remote(b)):
+        try:
+            return os.path.samefile(a, b)
+        except OSError:
+            return False
+    return a.rstrip("/") == b.rstrip("/")
+
+
 def listdir(folder: str) -> List[Tuple[str, bool]]:
     """Sorted ``(name, is_folder)`` entries of ``folder`` (links to folders count as folders).
 

@@ -277,7 +277,7 @@ def stack_line() -> str:
         tfio = f"tensorflow-io {st.version}: TIFF, AVIF, s3://"
     else:
         s3 = ("s3:// through fsspec" if stack.fsspec_available("s3") else
-              "s3:// needs pip install 'tf-image-pipeline[s3]'")
+              "s3:// needs pip install -e '.[s3]' (in pipeline's checkout)")
         tfio = (f"tensorflow-io's ops do not load here: TIFF and AVIF through the Pillow "
                 f"fallback (slow path), {s3}")
     return f"stack: TensorFlow {tf.__version__}; {webp}; {tfio}"

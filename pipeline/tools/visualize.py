@@ -164,8 +164,8 @@ def show_batch(ds, num_images: int = 16, *, file_names: Optional[bool] = None,
     try:
         import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     except ImportError as e:
-        raise ImportError("pipeline.show_batch needs matplotlib: pip install 'tf-image-pipeline[notebooks]' "
-                          f"(or pip install matplotlib). ({e})") from e
+        raise ImportError("pipeline.show_batch needs matplotlib: pip install matplotlib (or, "
+                          f"in pipeline's checkout, pip install -e '.[notebooks]'). ({e})") from e
 
     _check_show_args(ds, num_images, columns)
     parts = _factory_parts(ds)

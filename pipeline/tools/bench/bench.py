@@ -12,6 +12,7 @@ TensorFlow (the command line calls it before TensorFlow loads; ``run`` calls it 
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -176,7 +177,10 @@ def check(data_dir: Optional[str] = None, *, image_size=None, batch_size: int = 
                       o["target_images_per_sec"])
     unknown = harness.unknown_candidates(o["compare"]) if mode == "peers" else []
     if unknown:
-        raise ValueError(f"`compare`: unknown candidate(s) {','.join(unknown)}; known: "
+        close = [m for u in unknown
+                 for m in difflib.get_close_matches(u, list(harness.CANDIDATES), n=1, cutoff=0.6)]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ValueError(f"`compare`: unknown candidate(s) {','.join(unknown)}{hint}; known: "
                          f"{', '.join(sorted(harness.CANDIDATES))}. "
                          f"Received: compare={o['compare']}")
     if plan:  # its checks, before the measurement
