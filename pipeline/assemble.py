@@ -720,8 +720,8 @@ class Graph:
         (``decode.check_stage``); files read first where the plan holds paths. A failed
         read drops its element: the guard names the gap (its rare path)."""
         if not (self.src.records or self.fetch):
-            ds = ds.map(graph_fn(self._read), num_parallel_calls=self.opts.parallelism,
-                        deterministic=True).ignore_errors()
+            ds = stack.map_on_its_device(ds, graph_fn(self._read), self.opts.parallelism,
+                                         True).ignore_errors()
         g = self.stages.geometry(tf.zeros([2], tf.int64))
         return decode_lib.check_stage(ds, self.decoder, 5,
                                       g.target if g.window is None else None)
@@ -792,12 +792,13 @@ class Graph:
         Variable-size (native) images cannot be batched: checked one by one."""
         opts, records = self.opts, self.records
         ds = ds.batch(batch_size or (guard.CHUNK if opts.image_size else 1))
-        ds = ds.scan(guard.initial_state(), graph_fn(guard.check_fn(
+        ds = stack.scan_on_its_device(ds, guard.initial_state(), graph_fn(guard.check_fn(
             opts, self.error_log, self.src, expected,
             records.lost_detail if records else None, self.damaged_py)))
         if batch_size:
             # A batch can end up empty (it held only the sentinel, or only bad files).
-            return ds.filter(graph_fn(lambda image, *rest: tf.shape(image)[0] > 0))
+            return stack.filter_on_its_device(
+                ds, graph_fn(lambda image, *rest: tf.shape(image)[0] > 0))
         return ds.unbatch()
 
     def finish(self, ds, with_dtype):

@@ -43,7 +43,8 @@ from pipeline import checks  # noqa: E402  pylint: disable=wrong-import-position
 __all__ = ["TfioStatus", "tfio_status", "core_webp", "doctor", "format_doctor",
            "needs_tfio_message", "tfio_module", "cpu_count", "TFIO_STACK_HINT", "TFIO_EXTRA", "CppLogStatus",
            "quiet_cpp_logs", "cpp_log_status",
-           "INTS_ON_DEVICE", "map_on_its_device", "flat_map_on_its_device", "traced_once"]
+           "INTS_ON_DEVICE", "map_on_its_device", "flat_map_on_its_device", "scan_on_its_device",
+           "filter_on_its_device", "traced_once"]
 
 # The function attribute that makes tf.data instantiate a function on its one device (the one
 # tf.data.experimental.prefetch_to_device and MultiDeviceIterator give their own functions).
@@ -136,6 +137,82 @@ def flat_map_on_its_device(ds: tf.data.Dataset, fn) -> tf.data.Dataset:
         other_arguments=traced.captured_inputs, f=traced,
         output_types=[s.dtype for s in flat], output_shapes=[s.shape for s in flat])
     return tf.data.experimental.from_variant(variant, out["spec"])
+
+
+def scan_on_its_device(ds: tf.data.Dataset, initial_state, fn) -> tf.data.Dataset:
+    """``ds.scan(initial_state, fn)``, ``fn`` instantiated on its one device (see
+    :func:`map_on_its_device`; ``tf.raw_ops.ScanDataset``). The state keeps the
+    initial state's shapes (``fn`` must return them; ``Dataset.scan`` would relax them).
+
+    Args:
+        ds: the input ``tf.data.Dataset``.
+        initial_state: a nest of tensors.
+        fn: ``(state, element) -> (new state, output)``, as ``Dataset.scan`` calls it.
+
+    Returns:
+        The scanned ``tf.data.Dataset`` (``ds.scan(initial_state, fn)`` where an element,
+        the state or the output is not made of plain tensors, an output or the state is
+        an int32, or the new state's shapes differ from the initial state's).
+    """
+    state = tf.nest.map_structure(tf.convert_to_tensor, initial_state)
+    flat_state = tf.nest.flatten(state)
+    state_specs = [tf.TensorSpec(t.shape, t.dtype) for t in flat_state]
+    spec, out = ds.element_spec, {}
+    flat_in = tf.nest.flatten(spec)
+    plain = lambda: ds.scan(initial_state, fn)  # noqa: E731
+    if not flat_in or any(type(s) is not tf.TensorSpec for s in flat_in):
+        return plain()
+
+    def body(*args):
+        st = tf.nest.pack_sequence_as(state, list(args[:len(flat_state)]))
+        el = tf.nest.pack_sequence_as(spec, list(args[len(flat_state):]))
+        new_state, output = fn(st, el)
+        out["structure"] = output
+        flat_new = [tf.convert_to_tensor(t) for t in tf.nest.flatten(new_state)]
+        out["state_ok"] = (len(flat_new) == len(flat_state) and all(
+            t.dtype == s.dtype and t.shape == s.shape for t, s in zip(flat_new, state_specs)))
+        flat_out = tf.nest.flatten(output)
+        out["plain"] = not all(isinstance(t, tf.Tensor) for t in flat_out)
+        return flat_new + ([] if out["plain"] else list(flat_out))
+    body.__name__ = "pipeline_scan_" + re.sub(r"\W", "", getattr(fn, "__name__", "fn"))
+    traced = tf.function(body, input_signature=state_specs + flat_in, autograph=False,
+                         experimental_attributes={INTS_ON_DEVICE: True}).get_concrete_function()
+    if out["plain"] or not out["state_ok"] or any(t.dtype == tf.int32 for t in traced.outputs):
+        return plain()
+    outs = traced.outputs[len(flat_state):]
+    specs = [tf.TensorSpec(t.shape, t.dtype) for t in outs]
+    variant = tf.raw_ops.ScanDataset(
+        input_dataset=tf.data.experimental.to_variant(ds), initial_state=flat_state,
+        other_arguments=traced.captured_inputs, f=traced,
+        output_types=[t.dtype for t in specs], output_shapes=[t.shape for t in specs],
+        preserve_cardinality=True)
+    return tf.data.experimental.from_variant(
+        variant, tf.nest.pack_sequence_as(out["structure"], specs))
+
+
+def filter_on_its_device(ds: tf.data.Dataset, predicate) -> tf.data.Dataset:
+    """``ds.filter(predicate)``, ``predicate`` instantiated on its one device (see
+    :func:`map_on_its_device`; ``tf.raw_ops.FilterDataset``).
+
+    Args:
+        ds: the input ``tf.data.Dataset``.
+        predicate: element -> bool scalar tensor, called as ``Dataset.filter`` calls it.
+
+    Returns:
+        The filtered ``tf.data.Dataset`` (``ds.filter(predicate)`` where an element is not
+        made of plain tensors).
+    """
+    traced = _traced_on_device(ds, predicate, lambda keep: [tf.convert_to_tensor(keep)],
+                               "filter")
+    if traced is None:
+        return ds.filter(predicate)
+    spec = ds.element_spec
+    flat = tf.nest.flatten(spec)
+    variant = tf.raw_ops.FilterDataset(
+        input_dataset=tf.data.experimental.to_variant(ds),
+        other_arguments=traced.captured_inputs, predicate=traced,
+        output_types=[s.dtype for s in flat], output_shapes=[s.shape for s in flat])
+    return tf.data.experimental.from_variant(variant, spec)
 
 
 def _traced_on_device(ds, fn, result, kind):

@@ -1,12 +1,14 @@
 """Building the package's datasets leaves TensorFlow as it found it.
 
 No TensorFlow class or function is wrapped or replaced: a user's own ``Dataset.map`` is
-traced and instantiated as TensorFlow does by default. The package's per-element map and
-its keyed epoch's ``flat_map`` are built with public API (``stack.map_on_its_device``,
-``stack.flat_map_on_its_device``: a ``tf.function`` carrying ``experimental_ints_on_device``
-under ``tf.raw_ops`` dataset ops) so tf.data instantiates them on their one device; they give
-the same elements as ``Dataset.map`` / ``flat_map``, and fall back to them where TensorFlow
-cannot run such a function (an int32 result) or an element is not plain tensors.
+traced and instantiated as TensorFlow does by default. The package's own maps (the read,
+the batched checks, the per-element map), the guard's scans and filter and its keyed epoch's
+``flat_map`` are built with public API (``stack.map_on_its_device``, ``scan_on_its_device``,
+``filter_on_its_device``, ``flat_map_on_its_device``: a ``tf.function`` carrying
+``experimental_ints_on_device`` under ``tf.raw_ops`` dataset ops) so tf.data instantiates them
+on their one device; they give the same elements as ``Dataset.map`` / ``scan`` / ``filter`` /
+``flat_map``, and fall back to them where TensorFlow cannot run such a function (an int32
+result) or an element is not plain tensors.
 """
 
 import numpy as np
@@ -64,10 +66,11 @@ def test_the_element_map_and_the_keyed_epoch_carry_the_mark(tmp_path):
         if name.startswith(("__inference_Dataset_", "__inference_pipeline_")):
             kind = name[len("__inference_"):].rsplit("_", 1)[0]
             kinds.setdefault(kind, set()).add(marked)
-    assert kinds["pipeline_map_element"] == {True}, kinds
-    assert kinds["pipeline_flat_map_fn"] == {True}, kinds
-    # built by Dataset.scan / Dataset.map elsewhere: TensorFlow's default runtime
-    assert kinds["Dataset_scan_check"] == {False} and kinds["Dataset_map__read"] == {False}
+    for kind in ("pipeline_map_element", "pipeline_flat_map_fn", "pipeline_map__read",
+                 "pipeline_map_add", "pipeline_scan_check", "pipeline_scan_remember",
+                 "pipeline_filter_lambda"):  # the read, the batched checks, the guard
+        assert kinds[kind] == {True}, (kind, kinds)
+    # built by Dataset.map elsewhere (small structural maps): TensorFlow's default runtime
     assert all(v == {False} for k, v in kinds.items() if k.startswith("Dataset_")), kinds
     x, y = next(iter(ds))
     assert x.dtype == tf.uint8 and y.dtype == tf.int32 and x.shape == (2, 16, 16, 3)
@@ -113,6 +116,47 @@ def test_flat_map_on_its_device_gives_what_flat_map_gives():
     assert mine.element_spec == ds.flat_map(fn).element_spec
     assert list(mine.as_numpy_iterator()) == list(ds.flat_map(fn).as_numpy_iterator()) == [
         (0, 1), (0, 2), (1, 2)]
+
+
+def test_scan_on_its_device_gives_what_dataset_scan_gives():
+    ds = tf.data.Dataset.range(1, 6).map(lambda x: (x, tf.strings.as_string(x)))
+
+    def fn(state, el):
+        total, names = state
+        x, s = el
+        return (total + x, tf.strings.join([names, s])), {"sum": total + x, "s": s}
+
+    init = (tf.constant(0, tf.int64), tf.constant(""))
+    mine = stack.scan_on_its_device(ds, init, fn)
+    assert any(_marked(mine).values())
+    assert mine.element_spec == ds.scan(init, fn).element_spec
+    got = [(d["sum"], d["s"]) for d in mine.as_numpy_iterator()]
+    assert got == [(d["sum"], d["s"]) for d in ds.scan(init, fn).as_numpy_iterator()] == [
+        (1, b"1"), (3, b"2"), (6, b"3"), (10, b"4"), (15, b"5")]
+    assert int(mine.cardinality()) == 5
+
+
+def test_scan_on_its_device_falls_back_to_dataset_scan():
+    """An int32 output, or a state whose shape changes (Dataset.scan relaxes it): Dataset.scan."""
+    ds = tf.data.Dataset.range(3)
+    ints = stack.scan_on_its_device(ds, tf.constant(0, tf.int64),
+                                    lambda s, x: (s + x, tf.cast(s + x, tf.int32)))
+    grow = stack.scan_on_its_device(ds, tf.zeros([0], tf.int64),
+                                    lambda s, x: (tf.concat([s, [x]], 0), tf.size(s, tf.int64)))
+    for d in (ints, grow):
+        assert not any(_marked(d).values())
+    assert list(ints.as_numpy_iterator()) == [0, 1, 3]
+    assert list(grow.as_numpy_iterator()) == [0, 1, 2]
+
+
+def test_filter_on_its_device_gives_what_dataset_filter_gives():
+    ds = tf.data.Dataset.range(7).map(lambda x: (x, tf.strings.as_string(x)))
+    keep = lambda x, s: tf.equal(x % 3, 0)  # noqa: E731
+    mine = stack.filter_on_its_device(ds, keep)
+    assert any(_marked(mine).values())
+    assert mine.element_spec == ds.element_spec
+    assert list(mine.as_numpy_iterator()) == list(ds.filter(keep).as_numpy_iterator()) == [
+        (0, b"0"), (3, b"3"), (6, b"6")]
 
 
 def test_dataset_map_is_the_same_object_after_a_pipeline_is_built(tmp_path):

@@ -41,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from pipeline import stack
 from pipeline.decode import bmp as bmp_lib
 from pipeline.decode import image as decode_lib
 from pipeline.decode import formats
@@ -395,8 +396,8 @@ def chunked(plan, sentinel, seeds, empty_key):
         return (index + 1, padded), (pos, tf.tile(window[None], [b, 1])) + tuple(chunk) + (
             seeds_[:b],)
 
-    return ds.scan((tf.constant(0, tf.int64), tf.fill([K], empty_key)),
-                   tf.autograph.experimental.do_not_convert(remember)).unbatch()
+    return stack.scan_on_its_device(ds, (tf.constant(0, tf.int64), tf.fill([K], empty_key)),
+                                    tf.autograph.experimental.do_not_convert(remember)).unbatch()
 
 
 def initial_state():
