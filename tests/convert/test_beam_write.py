@@ -117,7 +117,8 @@ def test_beam_options_checks_runner_kind_and_company(folder, tmp_path):
 
 def test_missing_apache_beam_says_which_extra_to_install(folder, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "apache_beam", None)  # as where it is not installed
-    with pytest.raises(ImportError, match=r"needs apache-beam.*pip install '\.\[beam\]'"):
+    with pytest.raises(ImportError, match=r"needs apache-beam.*pip install -e '\.\[beam\]' "
+                       r"in pipeline's checkout"):
         pipeline.write_tfrecords(folder, str(tmp_path / "o"), beam_runner="DirectRunner")
     assert not os.path.exists(tmp_path / "o")
 
@@ -363,7 +364,8 @@ def test_importing_beam_write_leaves_apache_beam_unimported():
 def test_dofn_classes_need_apache_beam_and_say_which_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "apache_beam", None)  # as where it is not installed
     monkeypatch.delitem(vars(beam_write), "WriteShard", raising=False)  # not built yet
-    with pytest.raises(ImportError, match=r"needs apache-beam.*pip install '\.\[beam\]'"):
+    with pytest.raises(ImportError, match=r"needs apache-beam.*pip install -e '\.\[beam\]' "
+                       r"in pipeline's checkout"):
         beam_write.WriteShard
     with pytest.raises(AttributeError, match="has no attribute 'Shard'"):
         beam_write.Shard
