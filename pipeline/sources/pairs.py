@@ -42,6 +42,18 @@ def _check_folder(name: str, folder) -> str:
     return folder
 
 
+def _check_not_own_masks(directory, masks_dir, mask_suffix, image_suffix) -> None:
+    """Refuses a mask folder that is the images' own with the same suffix (every image
+    would be its own mask)."""
+    if mask_suffix == image_suffix and read.same_folder(directory, masks_dir):
+        raise ValueError(
+            "`masks_dir` is the images' own folder with the same suffix: every image would "
+            "be its own mask. Give the masks' folder, or tell masks from images by "
+            "`mask_suffix` (e.g. '_mask') and `image_suffix`. "
+            f"Received: directory={directory!r}, masks_dir={masks_dir!r}, "
+            f"mask_suffix={mask_suffix!r}, image_suffix={image_suffix!r}")
+
+
 def _check_suffix(name: str, value) -> str:
     if not isinstance(value, str) or "/" in value or os.sep in value:
         raise ValueError(f"`{name}` must be a str (the end of a file stem, no folder part). "
@@ -104,13 +116,7 @@ def index_directory_pairs(directory, masks_dir, mask_suffix: str = "",
     masks_dir = _check_folder("masks_dir", masks_dir)
     mask_suffix = _check_suffix("mask_suffix", mask_suffix)
     image_suffix = _check_suffix("image_suffix", image_suffix)
-    if mask_suffix == image_suffix and read.same_folder(directory, masks_dir):
-        raise ValueError(
-            "`masks_dir` is the images' own folder with the same suffix: every image would "
-            "be its own mask. Give the masks' folder, or tell masks from images by "
-            "`mask_suffix` (e.g. '_mask') and `image_suffix`. "
-            f"Received: directory={directory!r}, masks_dir={masks_dir!r}, "
-            f"mask_suffix={mask_suffix!r}, image_suffix={image_suffix!r}")
+    _check_not_own_masks(directory, masks_dir, mask_suffix, image_suffix)
     images, img_errors, left_img = index_lib.list_images(directory, follow_links)
     masks, mask_errors, left_mask = index_lib.list_images(masks_dir, follow_links)
     index_lib.warn_left_out(left_img, directory)
