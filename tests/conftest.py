@@ -17,7 +17,7 @@ from PIL import Image
 #   thorough  PIPELINE_HYPOTHESIS_EXAMPLES examples (default 2000), shrinking a failure
 #             unless PIPELINE_HYPOTHESIS_SHRINK=0 (.ci/run --all runs it with 60).
 # One example of the option-space tests costs seconds, a shrink minutes.
-CI_EXAMPLES = 6
+CI_EXAMPLES = 4
 _COMMON = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                       HealthCheck.data_too_large])

@@ -2,6 +2,7 @@
 scan's histogram labels, the default data folder, the candidate registry and the
 generated API reference. Most run in-process (no timings are asserted)."""
 
+import json
 import os
 import re
 import subprocess
@@ -897,27 +898,30 @@ sys.meta_path.insert(0, _Hook())
 '''
 
 
-def test_bench_shows_tensorflow_start_up_lines_once(tmp_path):
-    """Found by a fresh-eyes user: on TensorFlow 2.21, `bench` showed TensorFlow's start-up
-    lines once for itself and once more for each candidate run (each its own process)."""
-    from conftest import solid
-    for i in range(6):
-        solid(str(tmp_path / "d" / "a" / f"{i}.png"), 10 * i)
+def test_bench_on_the_builtin_sample_caches_it_and_shows_start_up_lines_once(tmp_path):
+    """The quick start's command on a small built-in sample: the sample is made once in
+    PIPELINE_CACHE, and TensorFlow's start-up lines show once (found by a fresh-eyes user: on
+    TensorFlow 2.21, `bench` showed them once for itself and once more for each candidate
+    run, each its own process)."""
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(_FAKE_STARTUP)
     log = tmp_path / "imports.log"
+    out = tmp_path / "b.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, str(hook)]),
-               FAKE_STARTUP_LOG=str(log))
+               FAKE_STARTUP_LOG=str(log), PIPELINE_CACHE=str(tmp_path / "cache"))
     env.pop("PIPELINE_TF_STARTUP_LINES_SHOWN", None)
-    r = subprocess.run([sys.executable, "-m", "pipeline", "bench",
-                        f"--data_dir={tmp_path / 'd'}", "--batch_size=2", "--repeats=2",
-                        "--epochs=1", "--compare=", "--image_size=16"],
+    r = subprocess.run([sys.executable, "-m", "pipeline", "bench", "--sample_images=24",
+                        "--batch_size=8", "--repeats=2", "--epochs=1", "--compare=",
+                        "--image_size=32", f"--json_out={out}"],
                        capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert len(log.read_text().split()) == 3  # bench itself and two candidate runs
     assert r.stderr.count("fake start-up line") == 1, r.stderr
     assert "pipeline images/s" in r.stdout
+    assert json.loads(out.read_text())["num_images"] == 24
+    files = sorted(os.listdir(tmp_path / "cache"))
+    assert len(files) == 1 and files[0].startswith("sample-v1-n24")
 
 
 def test_tensorflow_loaded_through_pipeline_shows_its_start_up_lines_once(tmp_path):

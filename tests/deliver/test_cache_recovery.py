@@ -92,6 +92,8 @@ def check_epoch(stdout):
                                  pytest.param(signal.SIGKILL, id="KILL", marks=pytest.mark.stack)])
 def test_rerun_rebuilds_after_the_writer_is_killed(tree, tmp_path, sig):
     cache = str(tmp_path / "cache[1]" / "c")
+    look_alike = tmp_path / "cache1"  # what the unescaped glob "cache[1]/c-*.data-*" matches
+    look_alike.mkdir()
     writer = run([tree, cache], pause=5)
     try:
         wait_mid(writer)
@@ -114,13 +116,18 @@ def test_rerun_rebuilds_after_the_writer_is_killed(tree, tmp_path, sig):
     files = sorted(os.listdir(os.path.dirname(cache)))
     assert not [f for f in files if "lockfile" in f or "tempstate" in f], files
     assert any(f.endswith(".index") for f in files), files
+    index = glob.glob(glob.escape(cache) + "-*.index")
+    mtime = os.stat(index[0]).st_mtime_ns
 
-    # A third run reads the complete cache back: no rebuild, nothing removed.
+    # A third run reads the complete cache in its bracketed folder back: no rebuild, nothing
+    # removed, nothing written beside it.
     third = run([tree, cache])
     out, err = third.communicate(timeout=300)
     assert third.returncode == 0, err[-3000:]
     check_epoch(out)
     assert "is gone" not in err and "removing the incomplete cache" not in err, err[-3000:]
+    assert os.stat(index[0]).st_mtime_ns == mtime  # read back, not rewritten
+    assert not os.listdir(look_alike)
 
 
 def test_live_writer_keeps_its_lock(tree, tmp_path):
@@ -150,6 +157,9 @@ def test_live_writer_keeps_its_lock(tree, tmp_path):
     assert err.count("is gone") == 1
 
 
+# Slow tier (three processes): its cheap check is the last run of the killed-writer test
+# above, which reads a complete cache in a bracketed folder back in another process.
+@pytest.mark.slow
 def test_complete_cache_in_a_bracketed_folder_is_reused_by_another_process(tree, tmp_path):
     cache = str(tmp_path / "cache[1]" / "c")
     look_alike = tmp_path / "cache1"  # what the unescaped glob "cache[1]/c-*.data-*" matches

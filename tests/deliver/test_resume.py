@@ -71,7 +71,10 @@ AUGMENT = (", seed=5, augment=pipeline.Augment(random_resized_crop=True, "
 
 
 @pytest.mark.parametrize("extra", [pytest.param("", id="shuffle", marks=pytest.mark.stack),
-                                   pytest.param(AUGMENT, id="shuffle+augment")])
+                                   # slow tier (two processes, some 25 s): augmentation's
+                                   # restore is checked in one process by test_properties
+                                   pytest.param(AUGMENT, id="shuffle+augment",
+                                                marks=pytest.mark.slow)])
 def test_restore_in_new_process_finishes_epoch_exactly_once(root, tmp_path, extra):
     ckdir = str(tmp_path / "ck")
     a = run_py(_STOP.format(root=root, ckdir=ckdir, k=3, extra=extra))
