@@ -410,6 +410,29 @@ def _probe_dataset(idx: index_lib.Index, decoder, opts) -> tf.data.Dataset:
     return ds.prefetch(16).with_options(o)
 
 
+def _elements(ds, limit: int):
+    """``ds``'s elements as numpy values, leaving out those that end in a
+    ``tf.errors.CancelledError`` (at most ``limit`` of them; one more is raised).
+
+    ``ignore_errors`` drops an element whose decoder raised, but not a cancellation: when
+    a decode op fails while a loop of the same element's function runs beside it (the
+    header walk), TensorFlow may report the loop's "Loop execution was cancelled" first.
+    That element is the decoder's failure: it is left out here as ``ignore_errors``
+    leaves the others, and diagnosed from its bytes after the pass."""
+    it, cancelled = iter(ds), 0
+    while True:
+        try:
+            element = next(it)
+        except StopIteration:
+            return
+        except tf.errors.CancelledError:
+            cancelled += 1
+            if cancelled > limit:
+                raise
+            continue
+        yield tuple(t.numpy() for t in element)
+
+
 class _ScanRows:
     """What ``scan_index`` learns of each row: ``bad`` ((row, reason)), ``sides``
     (a Counter of the good images' longer sides, by bucket), ``row_fmt`` (row ->
@@ -432,7 +455,7 @@ class _ScanRows:
                    file=sys.stderr)
         done = -1
         with bar, native_stderr.dropping(native_stderr.TRUNCATED_JPEG):
-            for k, shape, reason, head in ds.as_numpy_iterator():
+            for k, shape, reason, head in _elements(ds, len(idx)):
                 bar.update(int(k) - done)
                 done = int(k)
                 self._record(int(k), shape, reason.decode("utf-8", "replace"), head)

@@ -400,3 +400,47 @@ def test_a_bad_file_is_diagnosed_once_however_many_epochs(mixed, monkeypatch):
         assert sorted(index_values(x)) == [1, 2, 3, 4, 5]
     assert calls == [b"\x89PNG\r\n\x1a\n"]
     assert [(r.path, r.reason[:12]) for r in pipeline.errors(ds)] == [(corrupt, "corrupt PNG ")]
+
+
+def test_scan_leaves_out_an_element_cancelled_beside_its_failing_decoder():
+    """An element whose decode failed can reach scan as the cancellation of a loop that ran
+    beside the decoder ("Loop execution was cancelled", seen on TensorFlow 2.16 under load):
+    it is left out like the elements ``ignore_errors`` drops, and the pass goes on."""
+    from pipeline.tools import report
+
+    class Cancels:
+        def __init__(self, cancel_at, times=1):
+            self.cancel_at, self.times = cancel_at, times
+
+        def __iter__(self):
+            for k in range(4):
+                if k in self.cancel_at:
+                    for _ in range(self.times):
+                        yield None
+                else:
+                    yield (tf.constant(k, tf.int64), tf.constant(b"x"))
+
+    class Iterating:  # raises where Cancels yields None, as an iterator's next() does
+        def __init__(self, source):
+            self.it = iter(source)
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            el = next(self.it)
+            if el is None:
+                raise tf.errors.CancelledError(None, None, "Loop execution was cancelled.")
+            return el
+
+    class Dataset:
+        def __init__(self, source):
+            self.source = source
+
+        def __iter__(self):
+            return Iterating(self.source)
+
+    got = list(report._elements(Dataset(Cancels({1, 2})), limit=4))
+    assert [int(k) for k, _ in got] == [0, 3] and got[0][1] == b"x"
+    with pytest.raises(tf.errors.CancelledError, match="Loop execution was cancelled"):
+        list(report._elements(Dataset(Cancels({1}, times=3)), limit=2))
