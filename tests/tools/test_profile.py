@@ -71,6 +71,9 @@ def test_names_injected_bottleneck_sane_numbers_and_trace(jpeg_dir, tmp_path):
     assert any(f.endswith(".xplane.pb") for f in report.trace_files)
 
 
+# Slow tier: it ranks measured stage times, which a loaded machine can reorder (it failed so
+# on CI twice); the default tier keeps test_names_injected_bottleneck_sane_numbers_and_trace.
+@pytest.mark.slow
 def test_decode_dominates_large_jpegs_and_consumer_slower(tmp_path):
     folder = _write_jpegs(tmp_path, n=8, size=(600, 800))
     report = pipeline.profile(str(folder), num_elements=8, warmup=1, image_size=(16, 16),
