@@ -329,3 +329,26 @@ def test_decode_and_batch_checks_are_traced_once_for_every_image_size(tmp_path):
         assert [x.shape for x in got] == [size + (3,)] * 2
     assert calls() == before and set(before) == {1}
     np.testing.assert_array_equal(pixels((8, 8)), first)
+
+
+def test_decoders_share_a_graph_where_they_build_the_same_one():
+    """The traced bodies are keyed by what decides them: the batched checks by ``max_pixels``
+    and ``exif_orientation`` alone (not the channels or the formats in the graph), and the
+    decode graph without ``tfio_unusable`` where no reason quotes it (the Pillow fallback on,
+    AVIF read by Pillow), so a folder with a TIFF does not trace a second decode graph."""
+    from pipeline import stack  # pylint: disable=import-outside-toplevel
+    from pipeline.decode import image as decode  # pylint: disable=import-outside-toplevel
+    why = "tensorflow-io is not installed"
+    rgb, gray = decode.Decoder(3), decode.Decoder(1, others_in_graph=False, bmp_in_graph=True)
+    assert rgb.check_key() == gray.check_key() != decode.Decoder(3, max_pixels=10).check_key()
+    assert rgb.check_key() != decode.Decoder(3, exif_orientation=False).check_key()
+    assert rgb.graph_key() != gray.graph_key()
+    with_avif = "avif" in stack.pillow_plugins()
+    assert (rgb.graph_key() == decode.Decoder(3, tfio_unusable=why).graph_key()) == with_avif
+    # Refusing on tf.data service workers quotes it: there it stays in the key.
+    assert (decode.Decoder(3, fallback=False).graph_key()
+            != decode.Decoder(3, fallback=False, tfio_unusable=why).graph_key())
+    # and the reasons the two decoders put in their graphs are the same where keys match
+    if with_avif:
+        assert (rgb._optional_reasons().numpy().tolist()  # pylint: disable=protected-access
+                == decode.Decoder(3, tfio_unusable=why)._optional_reasons().numpy().tolist())

@@ -1253,10 +1253,17 @@ class Decoder:
 
     def graph_key(self) -> tuple:
         """What decides the graph this decoder builds: every attribute but the fallback's
-        per-decoder state (hashable; sets as frozensets)."""
+        per-decoder state (hashable; sets as frozensets), and but ``tfio_unusable`` where
+        no reason that quotes it can be met (``_optional_reasons``: with the fallback and
+        Pillow's AVIF plugin), so that decoders that differ only there share one graph."""
+        unread = ("tfio_unusable",) if self.fallback and "avif" in self.plugins else ()
         return (type(self),) + tuple(sorted(
             (k, frozenset(v) if isinstance(v, set) else v) for k, v in vars(self).items()
-            if k not in _DECODER_STATE))
+            if k not in _DECODER_STATE and k not in unread))
+
+    def check_key(self) -> tuple:
+        """What decides the graph of ``check_batch``: ``max_pixels`` and ``exif``."""
+        return (type(self), self.max_pixels, self.exif)
 
     def placeholder(self):
         return tf.zeros([1, 1, self.channels], tf.uint8)
@@ -2069,12 +2076,12 @@ _SHARED_CHECKS: Dict[tuple, Callable] = {}
 
 def _shared_check(decoder: "Decoder", target) -> Callable:
     """``f(contents str [k]) -> dict``: ``decoder.check_batch(contents, target)`` traced once
-    per process for each ``graph_key``, with or without a target (``stack.traced_once``;
+    per process for each ``check_key``, with or without a target (``stack.traced_once``;
     the target size is an input): its vector
     ops (some 950) are built once, not at every factory call (about 0.5 CPU-s each);
     at run time it is one ``Case`` op per batch of files."""
     sized = target is not None
-    key = (decoder.graph_key(), sized)
+    key = (decoder.check_key(), sized)
     shared = _SHARED_CHECKS.get(key)
     if shared is None:
         names: List[str] = []

@@ -215,7 +215,10 @@ def test_crafted_headers_settle_only_what_the_per_file_path_accepts(checks):
                           "eoi_first", "cut_in_tables", "png", "twelve_bit"}
 
 
-@pytest.mark.sweep  # some 25 s; on TensorFlow 2.16 the shared cases below decode alike too
+# Slow tier (some 25 s): the default tier's cheap checks are the crafted headers' routes
+# above and the shared cases decoding alike below, on both stacks.
+@pytest.mark.slow
+@pytest.mark.sweep
 def test_crafted_files_decode_alike_with_and_without_the_batch():
     decoder = decode.Decoder(3)
     files = _crafted()

@@ -90,13 +90,26 @@ def check_epoch(stdout):
 
 @pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, id="TERM", marks=pytest.mark.slow),
                                  pytest.param(signal.SIGKILL, id="KILL", marks=pytest.mark.stack)])
-def test_rerun_rebuilds_after_the_writer_is_killed(tree, tmp_path, sig):
+def test_live_writer_keeps_its_lock_and_a_killed_ones_cache_is_rebuilt(tree, tmp_path, sig):
     cache = str(tmp_path / "cache[1]" / "c")
     look_alike = tmp_path / "cache1"  # what the unescaped glob "cache[1]/c-*.data-*" matches
     look_alike.mkdir()
     writer = run([tree, cache], pause=5)
     try:
         wait_mid(writer)
+        # While the writer lives, its lock holds: a second run fails naming the lock and
+        # removes nothing.
+        lock = glob.glob(glob.escape(cache) + "-*_0.lockfile")
+        assert len(lock) == 1
+        before = sorted(os.listdir(os.path.dirname(cache)))
+        second = run([tree, cache])
+        out, err = second.communicate(timeout=300)
+        assert second.returncode != 0
+        assert "FileExistsError" in err and "concurrent caching iterator" in err, err[-3000:]
+        assert "being written by another running process" in err and lock[0] in err, err[-3000:]
+        assert "is gone" not in err
+        assert sorted(os.listdir(os.path.dirname(cache))) == before  # nothing removed
+        assert writer.poll() is None
         os.kill(writer.pid, sig)
         writer.wait(60)
     finally:
@@ -128,33 +141,6 @@ def test_rerun_rebuilds_after_the_writer_is_killed(tree, tmp_path, sig):
     assert "is gone" not in err and "removing the incomplete cache" not in err, err[-3000:]
     assert os.stat(index[0]).st_mtime_ns == mtime  # read back, not rewritten
     assert not os.listdir(look_alike)
-
-
-def test_live_writer_keeps_its_lock(tree, tmp_path):
-    cache = str(tmp_path / "c{1}" / "c*")
-    writer = run([tree, cache], pause=5)
-    try:
-        wait_mid(writer)
-        lock = glob.glob(glob.escape(cache) + "-*_0.lockfile")
-        assert len(lock) == 1
-        before = sorted(os.listdir(os.path.dirname(cache)))
-        second = run([tree, cache])
-        out, err = second.communicate(timeout=300)
-        assert second.returncode != 0
-        assert "FileExistsError" in err and "concurrent caching iterator" in err, err[-3000:]
-        assert "being written by another running process" in err and lock[0] in err, err[-3000:]
-        assert "is gone" not in err
-        assert sorted(os.listdir(os.path.dirname(cache))) == before  # nothing removed
-        assert writer.poll() is None
-    finally:
-        writer.kill()
-        writer.wait()
-    # Once the writer is gone, the next run rebuilds.
-    rerun = run([tree, cache])
-    out, err = rerun.communicate(timeout=300)
-    assert rerun.returncode == 0, err[-3000:]
-    check_epoch(out)
-    assert err.count("is gone") == 1
 
 
 # Slow tier (three processes): its cheap check is the last run of the killed-writer test

@@ -70,9 +70,11 @@ AUGMENT = (", seed=5, augment=pipeline.Augment(random_resized_crop=True, "
            "horizontal_flip=True)")
 
 
-@pytest.mark.parametrize("extra", [pytest.param("", id="shuffle", marks=pytest.mark.stack),
-                                   # slow tier (two processes, some 25 s): augmentation's
-                                   # restore is checked in one process by test_properties
+# Slow tier (two processes each, some 25 s). The default tier's cheap checks: a restore in a
+# new process by test_keras_fit_callback_saves_and_restores below (every file once, labels
+# paired, shuffled), on both stacks; augmentation's restore in one process by test_properties.
+@pytest.mark.parametrize("extra", [pytest.param("", id="shuffle",
+                                                marks=[pytest.mark.stack, pytest.mark.slow]),
                                    pytest.param(AUGMENT, id="shuffle+augment",
                                                 marks=pytest.mark.slow)])
 def test_restore_in_new_process_finishes_epoch_exactly_once(root, tmp_path, extra):
@@ -100,7 +102,7 @@ _FIT = textwrap.dedent("""
     handed = []
     def stream():
         for x, y in cb.batches():
-            handed.append([int(v) for v in x[:, 0, 0, 0].numpy()])
+            handed.append([[int(a), int(b)] for a, b in zip(x[:, 0, 0, 0].numpy(), y.numpy())])
             yield x, y
     model = keras.Sequential([keras.layers.Input((8, 8, 3)), keras.layers.Flatten(),
                               keras.layers.Dense(3)])
@@ -129,14 +131,20 @@ def test_keras_fit_callback_saves_and_restores(root, tmp_path):
         ds = pipeline.from_directory({root!r}, image_size=(8, 8), batch_size=3, shuffle=True)
         cb = pipeline.IteratorCheckpoint(ds, {ckdir!r})
         epoch = cb.restore()
-        rest = [int(v) for x, y in cb.batches() for v in x[:, 0, 0, 0].numpy()]
+        rest = [[int(a), int(b)] for x, y in cb.batches()
+                for a, b in zip(x[:, 0, 0, 0].numpy(), y.numpy())]
         print(json.dumps({{"rest": rest, "epoch": epoch}})); sys.stdout.flush(); os._exit(0)
     """))
     assert b.returncode == 0, b.stderr[-3000:]
     got_b = last_json(b.stdout)
     assert got_b["epoch"] == 1
     assert len(trained) == 12
-    assert sorted(trained + got_b["rest"]) == list(range(N))
+    union = trained + got_b["rest"]
+    assert sorted(v for v, _ in union) == list(range(N))          # every file, once
+    assert all(label == v % 3 for v, label in union)              # labels still paired
+    # shuffle was on: the first 12 are not simply files 0..11 in index order
+    first = [v for v, _ in trained]
+    assert first != sorted(first) or set(first) != set(range(12))
 
 
 @pytest.mark.stack

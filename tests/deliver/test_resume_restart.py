@@ -77,15 +77,13 @@ CASES = {
 }
 
 
-# "batched" in the default tier on the current stack (TensorFlow 2.16's restore in a new
-# process is test_resume's restore_in_new_process[shuffle]); the other element structures,
-# each a new process of some 30 CPU-s, in the slow tier (.ci/run --all)
+# Every element structure here is a new process of some 30 CPU-s: the slow tier
+# (.ci/run --all). The default tier's cheap check of a restore in a new process, on both
+# stacks, is test_resume's test_keras_fit_callback_saves_and_restores.
 _TIER = [pytest.mark.slow, pytest.mark.sweep]
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.sweep if n == "batched"
-                                               else _TIER)
-                                  for n in sorted(CASES)])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_TIER) for n in sorted(CASES)])
 def test_restore_in_new_process_continues_as_unbroken_run(root, tmp_path, name):
     extra, per_epoch = CASES[name]
     rng = np.random.default_rng(int(hashlib.md5(name.encode()).hexdigest()[:8], 16))

@@ -174,6 +174,10 @@ def test_end_to_end_on_real_photos():
     assert pipeline.errors(ds) == []
 
 
+# Slow tier (three processes): its cheap check is
+# tests/test_cli.py::test_bench_on_the_builtin_sample_caches_it_and_shows_start_up_lines_once,
+# which runs the same bench beside Keras on the built-in sample's class folders.
+@pytest.mark.slow
 def test_bench_cli_on_tiny_data(class_tree, tmp_path):
     root, _ = class_tree
     out = tmp_path / "bench.json"
