@@ -1,6 +1,7 @@
 """Shared fixtures: real image files (Pillow) in temp dirs, and the shared data; the
 hypothesis profiles every property test runs under."""
 
+import gc
 import os
 
 import numpy as np
@@ -32,6 +33,17 @@ settings.register_profile(
 HYPOTHESIS_PROFILE = os.environ.get("PIPELINE_HYPOTHESIS_PROFILE") or (
     "ci" if os.environ.get("CI") else "dev")
 settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+
+def pytest_collection_finish(session):
+    """Once the test modules (and TensorFlow, Keras, JAX, which they import) are loaded,
+    their objects leave the garbage collector's generations (``gc.freeze``): the full
+    collections that building graphs sets off no longer walk them each time (measured on
+    two test files in one process: 8.5 -> 3.1 CPU-s of collection in 170-180 CPU-s)."""
+    gc.collect()
+    gc.freeze()
+
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.abspath(os.path.join(REPO, "..", "shared"))
