@@ -1,8 +1,6 @@
 """write_tfrecords / from_tfrecords / convert: encoded bytes in, same elements out."""
 
 import json
-import subprocess
-import sys
 import os
 import re
 
@@ -139,12 +137,14 @@ def test_errors(folder, tmp_path):
 
 
 def test_convert_cli(folder, tmp_path):
+    """In process (``python -m pipeline`` itself is run by test_cli's
+    test_python_dash_m_pipeline_help_exits_0)."""
+    from conftest import run_cli
     out = str(tmp_path / "cli")
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "convert", folder, out,
-                           "--num_shards=2", "--noprogress", "--json"], capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    code, stdout, err = run_cli("convert", folder, out, "--num_shards=2", "--noprogress",
+                                "--json")
+    assert code == 0, err[-2000:]
+    printed = json.loads(stdout.strip().splitlines()[-1])
     assert printed["num_examples"] == 9 and len(printed["shards"]) == 2
     assert sorted(os.listdir(out)) == ["data-00000-of-00002.tfrecord",
                                        "data-00001-of-00002.tfrecord", "dataset.json"]

@@ -166,7 +166,10 @@ _MIRRORED_ERRORS = _TWO_CPUS + textwrap.dedent("""
 """)
 
 
-@pytest.mark.sweep  # a process of some 20 s; TensorFlow 2.16's is the distributed one above
+# Slow tier (a process of some 20 s): the default tier's cheap check is the distributed
+# dataset's errors above (OneDeviceStrategy, in process), on both stacks.
+@pytest.mark.slow
+@pytest.mark.sweep
 def test_errors_of_a_mirrored_dataset_list_the_skipped_files(root_with_bad):
     r = run_py(_MIRRORED_ERRORS.format(root=root_with_bad))
     assert r.returncode == 0, r.stderr[-3000:]

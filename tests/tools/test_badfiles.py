@@ -233,15 +233,13 @@ def test_scan_reports_everything(mixed, tmp_path):
     assert sum(report.file_bytes_histogram.values()) == 35
     text = report.table()
     assert "bad files (15)" in text and "per format" in text
-    import json, subprocess, sys
-    from conftest import REPO
+    import json
     out = tmp_path / "scan.json"
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "scan", root,
-                           f"--json_out={out}", "--noprogress"], capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
-    assert proc.returncode == 1, proc.stderr[-2000:]     # bad files found: exit 1
+    # the command, in this process (``run_cli``: its exit status and output are its own)
+    code, stdout, err = run_cli("scan", root, f"--json_out={out}", "--noprogress")
+    assert code == 1, err[-2000:]                        # bad files found: exit 1
     assert json.loads(out.read_text())["num_ok"] == 20
-    assert "bad files (15)" in proc.stdout
+    assert "bad files (15)" in stdout
     code, _, err = run_cli("scan", str(tmp_path / "nope"), "--noprogress")
     assert code == 2 and "nope" in err and "Traceback" not in err
 

@@ -7,8 +7,7 @@ quotient of the figures it names), not for speed: tiny data on a shared
 2-core machine says nothing about speed.
 
 Running each script end to end is the slow tier's (``.ci/run --all``); the default tier runs
-two scripts end to end (``tfrecord_vs_files.py``, ``gpu_saturation.py --smoke``) and the
-harness's own checks, cheaply.
+one script end to end (``tfrecord_vs_files.py``) and the harness's own checks, cheaply.
 """
 
 import json
@@ -69,7 +68,7 @@ def _figures_ok(r, images):
     assert r["images_delivered"] == images, r
 
 
-@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py)
 def test_peers(photos, tmp_path):
     stdout = _run("peers.py", f"--data_dir={photos}", "--image_size=48", "--batch_size=8",
                   "--epochs=1", f"--json_out={tmp_path / 'peers.json'}")
@@ -181,7 +180,7 @@ def test_dali_peer_runs_or_says_why_not(photos, peers_module, monkeypatch):
     assert "pip install nvidia-dali-cuda120" in peers_module.DALI_MISSING
 
 
-@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py)
 def test_memory_scaling(photos, tmp_path):
     stdout = _run("memory_scaling.py", f"--data_dir={photos}", "--sizes=16,40",
                   "--image_size=48", "--batch_size=8", "--num_classes=4",
@@ -200,7 +199,7 @@ def test_memory_scaling(photos, tmp_path):
     assert "pipeline change" in stdout
 
 
-@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py)
 def test_guard_cost(photos, tmp_path):
     stdout = _run("guard_cost.py", f"--data_dir={photos}", "--image_size=48",
                   "--batch_size=8", "--epochs=1", "--repeats=1",
@@ -224,7 +223,7 @@ def test_guard_cost(photos, tmp_path):
     assert "pipeline / plain" in stdout and "per epoch start" in stdout
 
 
-@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py)
 def test_gpu_saturation_small_model(photos, tmp_path):
     _run("gpu_saturation.py", f"--data_dir={photos}", "--image_size=48", "--batch_size=8",
          "--steps=4", "--warmup=2", "--repeats=1", f"--json_out={tmp_path / 'gpu.json'}")
@@ -239,6 +238,7 @@ def test_gpu_saturation_small_model(photos, tmp_path):
         out["pipeline_images_per_sec"] / out["synthetic_images_per_sec"])
 
 
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py)
 def test_gpu_saturation_smoke_flag(photos, tmp_path):
     """``--smoke`` (small model, 32x32, batch 8, 3 timed steps) over ``--num_images``
     photos symlinked into a temporary tree (10 class folders)."""
@@ -265,7 +265,7 @@ def test_tfrecord_vs_files(photos, tmp_path):
         assert out[side]["images_per_sec"] > 0 and out[side]["first_batch_sec"] > 0
 
 
-@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py)
 def test_service_scaling_one_worker(photos, tmp_path):
     out_path = tmp_path / "svc.json"
     _run("service_scaling.py", f"--data_dir={photos}", f"--num_images={N}", "--epochs=1",
@@ -300,7 +300,7 @@ def test_bench_cli_refuses_unknown_candidate():
     assert "Received: --compare=keras,nope" in proc.stderr
 
 
-@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py)
 def test_startup(photos, tmp_path):
     """benchmarks/startup.py at its two smallest sizes (tiny: 200 and 1,000 links)."""
     trees = tmp_path / "trees"
@@ -363,7 +363,7 @@ def test_startup(photos, tmp_path):
     assert "| files | pipeline factory |" in stdout and "index bytes per file" in stdout
 
 
-@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py)
 def test_decode_cost(photos, tmp_path):
     stdout = _run("decode_cost.py", f"--data_dir={photos}", "--repeats=1", "--epochs=1",
                   "--image_size=32", f"--json_out={tmp_path / 'd.json'}")
@@ -482,7 +482,7 @@ def test_cpu_seconds_counts_worker_processes():
         child.communicate(b"", timeout=30)
 
 
-@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py)
 def test_hires_set_makes_mosaics_of_the_photos(photos, tmp_path):
     """benchmarks/hires_set.py at tiny sizes: the files, their sizes, their tiles (each
     tile is a source photo fitted to it), the sample links, the JSON; a second run
@@ -566,7 +566,7 @@ def test_plot_benchmarks_draws_every_size(tmp_path):
     assert "--omit takes ROW:NAME with ROW from 1 to 2. Received: --omit=3:plain" in bad.stderr
 
 
-@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py and gpu_saturation.py --smoke)
+@pytest.mark.slow  # a benchmark script end to end (the default tier runs tfrecord_vs_files.py)
 def test_segmentation_pairs_every_candidate(photos, tmp_path):
     """benchmarks/segmentation.py at tiny sizes, pairs checked: every candidate delivers
     each pair once per epoch, each mask with its own image (the class read back from the
