@@ -612,41 +612,52 @@ def jpeg_headers(contents):
     return sof, exif, bad
 
 
-def _sequential_cut_reason(contents, fallback: bool):
+def _sequential_cut_reason(contents, fallback: bool, decoded=None, whole=None):
     """The reason (str scalar, "" when whole) of a sequential JPEG cut in its scan with an
-    end marker after the cut: ``jpegscan.cut_reason`` in Python (a py_function named
-    ``JPEG_CUT_OP_NAME``); without the Python fallback (tf.data service workers), in graph:
-    its restart markers counted (``jpegscan.restarts_short``), then libjpeg's own answer
-    (``jpegscan.reads_past_end``: two more decodes)."""
+    end marker after the cut. In graph first: its restart markers counted
+    (``jpegscan.restarts_short``), then libjpeg's own answer (``jpegscan.reads_past_end``:
+    one more decode where ``whole`` says that ``decoded``, uint8 [h, w, 3], is the file
+    decoded as stored; two otherwise). A file flagged there is then walked in Python
+    (``jpegscan.cut_reason``, a py_function named ``JPEG_CUT_OP_NAME``), which names the
+    MCU where its data ends; a file not flagged is whole, and costs no walk (about a second
+    per megapixel: a complete photo whose corner happens to be mid-gray took 0.35 CPU-s).
+    Without the Python fallback (tf.data service workers), the graph's answer alone."""
+    cut = jpegscan.restarts_short(contents, jpeg_sof_offset(contents))
+    cut = tf.cond(cut, lambda: tf.constant(True),
+                  lambda: jpegscan.reads_past_end(contents, decoded, whole))
     if not fallback:
-        cut = jpegscan.restarts_short(contents, jpeg_sof_offset(contents))
-        cut = tf.cond(cut, lambda: tf.constant(True), lambda: jpegscan.reads_past_end(contents))
         return tf.where(cut, jpegscan.PROBE_REASON, "")
-    out = tf.py_function(lambda b: jpegscan.cut_reason(b.numpy()), [contents], tf.string,
-                         name=JPEG_CUT_OP_NAME)
-    out.set_shape([])
-    return out
+
+    def walk():
+        out = tf.py_function(lambda b: jpegscan.cut_reason(b.numpy()), [contents], tf.string,
+                             name=JPEG_CUT_OP_NAME)
+        out.set_shape([])
+        return out
+    return tf.cond(cut, walk, lambda: tf.constant(""))
 
 
 @functools.lru_cache(maxsize=None)
 def _progressive_cut_reason(fallback: bool):
     """``Decoder._jpeg_cut``'s rare path for a JPEG with several SOS markers, traced once per
-    process: ``f(contents, mid_gray) -> reason`` (str scalar, "" when whole). A progressive
-    file's scan headers are checked in graph (``jpegscan.progressive_scans_complete``), and
-    when they are all there, its last scan's data (``jpegscan.reads_past_end``: two more
-    decodes); another (an EXIF thumbnail's scan) is checked as sequential when a corner
-    is mid-gray."""
-    @stack.traced_once(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.bool))
-    def reason(contents, mid_gray):
+    process: ``f(contents, mid_gray, decoded, whole) -> reason`` (str scalar, "" when whole).
+    A progressive file's scan headers are checked in graph
+    (``jpegscan.progressive_scans_complete``), and when they are all there, its last scan's
+    data (``jpegscan.reads_past_end``: one more decode where ``whole`` says that ``decoded``,
+    uint8 [h, w, 3], is the file decoded as stored; two otherwise); another (an EXIF
+    thumbnail's scan) is checked as sequential when a corner is mid-gray."""
+    @stack.traced_once(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.bool),
+                       tf.TensorSpec([None, None, 3], tf.uint8), tf.TensorSpec([], tf.bool))
+    def reason(contents, mid_gray, decoded, whole):
         sof = jpeg_sof_offset(contents)
         marker = bytes_at(contents, sof + 1, 1)[0]
         is_prog = (sof >= 0) & tf.reduce_any(tf.equal(marker, jpegscan.PROGRESSIVE_SOF))
-        last = lambda: tf.where(jpegscan.reads_past_end(contents), jpegscan.PROBE_REASON, "")
+        last = lambda: tf.where(jpegscan.reads_past_end(contents, decoded, whole),
+                                jpegscan.PROBE_REASON, "")
         short = lambda: tf.cond(jpegscan.progressive_scans_complete(contents, sof), last,
                                 lambda: tf.constant(jpegscan.SCANS_REASON))
         # several SOS but not progressive (an EXIF thumbnail's scan): sequential
-        other = lambda: tf.cond(mid_gray, lambda: _sequential_cut_reason(contents, fallback),
-                                lambda: tf.constant(""))
+        other = lambda: tf.cond(mid_gray, lambda: _sequential_cut_reason(
+            contents, fallback, decoded, whole), lambda: tf.constant(""))
         return tf.cond(is_prog, short, other)
     return reason
 
@@ -1631,8 +1642,9 @@ class Decoder:
         (0.3% of the sample) decode there; the 31% whose EXIF segments must be
         walked make a small call that returns the orientation.
 
-        Returns the branch's (image, reason[, box]) and, last, the frame's
-        component count (int32 scalar, for ``_jpeg_cut``). ``checked``: this file's
+        Returns the branch's (image, reason[, box]), then the frame's component count
+        (int32 scalar) and whether the image is the file decoded as stored (bool scalar:
+        full scale, whole, not turned), both for ``_jpeg_cut``. ``checked``: this file's
         entries of ``check_batch`` when it settled them (the header, orientation and
         scale are then not read again)."""
         scale = None
@@ -1659,9 +1671,16 @@ class Decoder:
 
         out = tf.cond(special, rare, fast)
         out[0].set_shape([None, None, self.channels])
-        return tuple(out) + (tf.cast(comps, tf.int32),)
+        # the image is the file decoded as stored (full scale, whole, not turned): the cut
+        # check's probe reuses it
+        if window_fn is None:
+            whole = tf.logical_not(special) & tf.reduce_all(tf.equal(
+                tf.shape(out[0])[:2], tf.cast(tf.stack([h, w]), tf.int32)))
+        else:
+            whole = tf.constant(False)
+        return tuple(out) + (tf.cast(comps, tf.int32), whole)
 
-    def _jpeg_cut(self, contents, img, reason, components, scans=None):
+    def _jpeg_cut(self, contents, img, reason, components, scans=None, whole=None):
         """The reason of a JPEG cut inside its scan data with an end-of-image
         marker after the cut (it decodes without error; ``pipeline.decode.jpegscan``),
         or ``reason`` as it was. Hot path: four corner pixels compared with
@@ -1673,10 +1692,12 @@ class Decoder:
         (``jpegscan.progressive_scans_complete``), then whether its decoder
         reads past its data (``jpegscan.reads_past_end``, two decodes: a cut
         inside the last scan); a file with a mid-gray corner (4 of the 1,000
-        sample photos) walked in Python (``jpegscan.cut_reason``, about 0.1 s
-        for a 500x375 photo, a py_function named ``JPEG_CUT_OP_NAME``; on
-        tf.data service workers, ``reads_past_end`` instead). ``scans``: the SOS
-        count (int32 scalar) when ``check_batch`` counted it."""
+        sample photos) checked in graph (``jpegscan.restarts_short``, then
+        ``reads_past_end``), and walked in Python only when those flag it
+        (``_sequential_cut_reason``: the walk names the MCU where the data ends). ``scans``: the SOS
+        count (int32 scalar) when ``check_batch`` counted it. ``whole``: bool scalar,
+        True when ``img`` is the file decoded as stored (``_jpeg_path``): the progressive
+        check then decodes the file once more instead of twice."""
         c = min(self.channels, 3)
         last = tf.maximum(tf.shape(img)[:2] - 1, 0)
         corners = tf.gather_nd(img, tf.stack([last * 0, [0, last[1]], [last[0], 0], last]))
@@ -1692,8 +1713,13 @@ class Decoder:
             scans = scan_markers(contents[None])[0]
         good = tf.equal(reason, "")
 
-        progressive = lambda: _progressive_cut_reason(self.fallback)(contents, mid_gray)
-        sequential = lambda: _sequential_cut_reason(contents, self.fallback)
+        if whole is None or self.channels != 3:
+            decoded, whole = tf.zeros([0, 0, 3], tf.uint8), tf.constant(False)
+        else:
+            decoded = img
+        progressive = lambda: _progressive_cut_reason(self.fallback)(contents, mid_gray,
+                                                                     decoded, whole)
+        sequential = lambda: _sequential_cut_reason(contents, self.fallback, decoded, whole)
         index = tf.where(good & (scans > 1), 1, tf.where(good & mid_gray, 2, 0))
         # the call only for a suspect (a lowered cond around it: a function call costs
         # some 100 us even when its branch returns "")
@@ -1825,7 +1851,8 @@ class Decoder:
 
         def jpeg(words):  # (image, reason[, box], shape)
             out = self._jpeg_path(contents, words, window_fn, target)
-            return (out[0], self._jpeg_cut(contents, out[0], out[1], out[-1])) + tuple(out[2:-1])
+            return (out[0], self._jpeg_cut(contents, out[0], out[1], out[-2],
+                                           whole=out[-1])) + tuple(out[2:-2])
 
         def routed():  # the per-file checks
             words = header_words(contents)
@@ -1837,8 +1864,8 @@ class Decoder:
         else:
             def settled():  # (the same as ``jpeg``, with the header read by the batch)
                 out = self._jpeg_path(contents, None, window_fn, target, checked)
-                return (out[0], self._jpeg_cut(contents, out[0], out[1], out[-1],
-                                               checked["scans"])) + tuple(out[2:-1])
+                return (out[0], self._jpeg_cut(contents, out[0], out[1], out[-2],
+                                               checked["scans"], whole=out[-1])) + tuple(out[2:-2])
             out = tf.cond(checked["settled"], settled, routed)
         img, reason, shape = out[0], out[1], out[-1]
         img.set_shape([None, None, c])

@@ -333,7 +333,7 @@ def progressive_scans_complete(contents, sof):
     return tf.reduce_all(cover) & (nf > 0)
 
 
-def reads_past_end(contents):
+def reads_past_end(contents, decoded=None, whole=None):
     """In graph: whether libjpeg's entropy decoder needs more data than a JPEG holds
     (ITU T.81 F.2.2.5: the decoder meets a marker before a scan's last MCU; libjpeg
     then warns "premature end of data segment" and decodes the rest as zeros).
@@ -348,6 +348,11 @@ def reads_past_end(contents):
 
     Args:
         contents: tf.string scalar, a JPEG that decodes without error.
+        decoded: optional uint8 ``[h, w, 3]``: the pixels the caller already has, used
+            as the file's first decode where ``whole`` says they are it.
+        whole: bool scalar, with ``decoded``: True when ``decoded`` is exactly
+            ``tf.io.decode_jpeg(contents, channels=3)`` (full scale, whole, as stored);
+            the probe then costs one decode instead of two.
 
     Returns:
         bool scalar: True when the pixels differ. False for a file that does not end
@@ -358,7 +363,11 @@ def reads_past_end(contents):
 
     def probe():
         probed = tf.strings.join([tf.strings.substr(contents, 0, size - 2), PROBE, EOI])
-        a = tf.io.decode_jpeg(contents, channels=3)
+        if decoded is None:
+            a = tf.io.decode_jpeg(contents, channels=3)
+        else:
+            a = tf.cond(whole, lambda: decoded,
+                        lambda: tf.io.decode_jpeg(contents, channels=3))
         b = tf.io.decode_jpeg(probed, channels=3)
         return tf.reduce_any(tf.not_equal(a, b))
 
