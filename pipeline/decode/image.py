@@ -639,16 +639,20 @@ def _sequential_cut_reason(contents, fallback: bool, decoded=None, whole=None):
 @functools.lru_cache(maxsize=None)
 def _progressive_cut_reason(fallback: bool):
     """``Decoder._jpeg_cut``'s rare path for a JPEG with several SOS markers, traced once per
-    process: ``f(contents, mid_gray, decoded, whole) -> reason`` (str scalar, "" when whole).
+    process: ``f(contents, mid_gray, decoded, whole, sof) -> reason`` (str scalar, "" when
+    whole; ``sof``: the frame marker's offset, int64, or -1 to find it here).
     A progressive file's scan headers are checked in graph
     (``jpegscan.progressive_scans_complete``), and when they are all there, its last scan's
     data (``jpegscan.reads_past_end``: one more decode where ``whole`` says that ``decoded``,
     uint8 [h, w, 3], is the file decoded as stored; two otherwise); another (an EXIF
     thumbnail's scan) is checked as sequential when a corner is mid-gray."""
     @stack.traced_once(tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.bool),
-                       tf.TensorSpec([None, None, 3], tf.uint8), tf.TensorSpec([], tf.bool))
-    def reason(contents, mid_gray, decoded, whole):
-        sof = jpeg_sof_offset(contents)
+                       tf.TensorSpec([None, None, 3], tf.uint8), tf.TensorSpec([], tf.bool),
+                       tf.TensorSpec([], tf.int64))
+    def reason(contents, mid_gray, decoded, whole, known_sof):
+        # the frame's offset from ``check_batch`` where it walked the file (a walk here
+        # is some 3 ms per file: a while_loop of some 25 ops per segment)
+        sof = tf.cond(known_sof >= 0, lambda: known_sof, lambda: jpeg_sof_offset(contents))
         marker = bytes_at(contents, sof + 1, 1)[0]
         is_prog = (sof >= 0) & tf.reduce_any(tf.equal(marker, jpegscan.PROGRESSIVE_SOF))
         last = lambda: tf.where(jpegscan.reads_past_end(contents, decoded, whole),
@@ -1680,7 +1684,7 @@ class Decoder:
             whole = tf.constant(False)
         return tuple(out) + (tf.cast(comps, tf.int32), whole)
 
-    def _jpeg_cut(self, contents, img, reason, components, scans=None, whole=None):
+    def _jpeg_cut(self, contents, img, reason, components, scans=None, whole=None, sof=None):
         """The reason of a JPEG cut inside its scan data with an end-of-image
         marker after the cut (it decodes without error; ``pipeline.decode.jpegscan``),
         or ``reason`` as it was. Hot path: four corner pixels compared with
@@ -1697,7 +1701,8 @@ class Decoder:
         (``_sequential_cut_reason``: the walk names the MCU where the data ends). ``scans``: the SOS
         count (int32 scalar) when ``check_batch`` counted it. ``whole``: bool scalar,
         True when ``img`` is the file decoded as stored (``_jpeg_path``): the progressive
-        check then decodes the file once more instead of twice."""
+        check then decodes the file once more instead of twice. ``sof``: the frame
+        marker's offset (int64 scalar) when ``check_batch`` found it."""
         c = min(self.channels, 3)
         last = tf.maximum(tf.shape(img)[:2] - 1, 0)
         corners = tf.gather_nd(img, tf.stack([last * 0, [0, last[1]], [last[0], 0], last]))
@@ -1717,8 +1722,9 @@ class Decoder:
             decoded, whole = tf.zeros([0, 0, 3], tf.uint8), tf.constant(False)
         else:
             decoded = img
+        sof = tf.constant(-1, tf.int64) if sof is None else tf.cast(sof, tf.int64)
         progressive = lambda: _progressive_cut_reason(self.fallback)(contents, mid_gray,
-                                                                     decoded, whole)
+                                                                     decoded, whole, sof)
         sequential = lambda: _sequential_cut_reason(contents, self.fallback, decoded, whole)
         index = tf.where(good & (scans > 1), 1, tf.where(good & mid_gray, 2, 0))
         # the call only for a suspect (a lowered cond around it: a function call costs
@@ -1745,8 +1751,9 @@ class Decoder:
             ``orientation`` (int32, 1-8, ``exif_orientation``'s value; 1 without
             ``exif_orientation``); ``scans`` (int32, SOS markers, for the cut
             check of a progressive frame; 1 for a sequential one, whose count
-            does not change that check's answer); with ``target``, ``scale``
-            (int32, ``dct_ratio_index``).
+            does not change that check's answer); ``sof`` (int64, the frame
+            marker's offset, for the cut check of a progressive frame); with
+            ``target``, ``scale`` (int32, ``dct_ratio_index``).
             Every other file (other formats, a bomb, an unusual or damaged header)
             is not settled: ``decode`` checks it alone, as without the batch, so
             reasons and per-file errors are unchanged.
@@ -1781,7 +1788,7 @@ class Decoder:
         scans = tf.tensor_scatter_nd_update(tf.ones_like(o), prog[:, None],
                                             scan_markers(tf.gather(contents, prog)))
         out = {"settled": settled, "height": h, "width": w, "components": nf,
-               "orientation": o, "scans": scans}
+               "orientation": o, "scans": scans, "sof": sof}
         if target is not None:
             swap = (o >= 5) & (o <= 8)
             out["scale"] = self.dct_ratio_index(tf.where(swap, w, h), tf.where(swap, h, w),
@@ -1864,8 +1871,9 @@ class Decoder:
         else:
             def settled():  # (the same as ``jpeg``, with the header read by the batch)
                 out = self._jpeg_path(contents, None, window_fn, target, checked)
-                return (out[0], self._jpeg_cut(contents, out[0], out[1], out[-2],
-                                               checked["scans"], whole=out[-1])) + tuple(out[2:-2])
+                return (out[0], self._jpeg_cut(
+                    contents, out[0], out[1], out[-2], checked["scans"], whole=out[-1],
+                    sof=checked.get("sof"))) + tuple(out[2:-2])
             out = tf.cond(checked["settled"], settled, routed)
         img, reason, shape = out[0], out[1], out[-1]
         img.set_shape([None, None, c])
