@@ -637,6 +637,18 @@ def _sequential_cut_reason(contents, fallback: bool, decoded=None, whole=None):
 
 
 @functools.lru_cache(maxsize=None)
+def _sequential_cut_call(fallback: bool):
+    """``_sequential_cut_reason`` traced once per process (``stack.traced_once``):
+    ``f(contents, decoded, whole) -> reason``, so that every decode graph holds one call
+    for it, not its ops (some 300: the restart-marker count and libjpeg's probe)."""
+    @stack.traced_once(tf.TensorSpec([], tf.string), tf.TensorSpec([None, None, 3], tf.uint8),
+                       tf.TensorSpec([], tf.bool))
+    def reason(contents, decoded, whole):
+        return _sequential_cut_reason(contents, fallback, decoded, whole)
+    return reason
+
+
+@functools.lru_cache(maxsize=None)
 def _progressive_cut_reason(fallback: bool):
     """``Decoder._jpeg_cut``'s rare path for a JPEG with several SOS markers, traced once per
     process: ``f(contents, mid_gray, decoded, whole, sof) -> reason`` (str scalar, "" when
@@ -1725,7 +1737,7 @@ class Decoder:
         sof = tf.constant(-1, tf.int64) if sof is None else tf.cast(sof, tf.int64)
         progressive = lambda: _progressive_cut_reason(self.fallback)(contents, mid_gray,
                                                                      decoded, whole, sof)
-        sequential = lambda: _sequential_cut_reason(contents, self.fallback, decoded, whole)
+        sequential = lambda: _sequential_cut_call(self.fallback)(contents, decoded, whole)
         index = tf.where(good & (scans > 1), 1, tf.where(good & mid_gray, 2, 0))
         # the call only for a suspect (a lowered cond around it: a function call costs
         # some 100 us even when its branch returns "")
