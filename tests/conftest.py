@@ -83,6 +83,20 @@ def index_values(images):
     return [int(v) for v in a[..., 0, 0, 0].reshape(-1)]
 
 
+def assert_bench_beside_keras(res: dict, stdout: str, num_images: int, epochs: int):
+    """A ``bench --compare=keras --repeats=1`` result (its ``--json_out`` and its stdout):
+    the sizes asked for, positive figures, Keras' run over every image of every epoch, and
+    the speed-up as the quotient of the two rates."""
+    import pytest as _pytest
+    assert res["num_images"] == num_images and res["epochs"] == epochs
+    for k in ("images_per_sec", "first_batch_sec", "peak_rss_mb"):
+        assert res[k] > 0
+    assert res["compare"]["keras"]["images_delivered"] == num_images * epochs
+    assert res["speedup_vs_keras"] == _pytest.approx(
+        res["images_per_sec"] / res["compare"]["keras"]["images_per_sec"])
+    assert "pipeline / keras" in stdout
+
+
 def drain(ds):
     """The elements of an ``on_error="skip"`` dataset (numpy), or [] when every file was
     bad: such an epoch fails at its end, naming the bad files (issue 15), which is the

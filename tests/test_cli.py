@@ -919,14 +919,8 @@ def test_bench_on_the_builtin_sample_caches_it_and_shows_start_up_lines_once(tmp
     assert len(log.read_text().split()) == 3  # bench itself, pipeline's run and Keras' run
     assert r.stderr.count("fake start-up line") == 1, r.stderr
     # The result names both candidates (the Keras peer by the default candidate list).
-    res = json.loads(out.read_text())
-    assert res["num_images"] == 24 and res["epochs"] == 2
-    for k in ("images_per_sec", "first_batch_sec", "peak_rss_mb"):
-        assert res[k] > 0
-    assert res["compare"]["keras"]["images_delivered"] == 48
-    assert res["speedup_vs_keras"] == pytest.approx(
-        res["images_per_sec"] / res["compare"]["keras"]["images_per_sec"])
-    assert "pipeline / keras" in r.stdout
+    from conftest import assert_bench_beside_keras
+    assert_bench_beside_keras(json.loads(out.read_text()), r.stdout, num_images=24, epochs=2)
     files = sorted(os.listdir(tmp_path / "cache"))
     assert len(files) == 1 and files[0].startswith("sample-v1-n24")
 

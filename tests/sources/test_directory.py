@@ -187,14 +187,8 @@ def test_bench_cli_on_tiny_data(class_tree, tmp_path):
          "--noprogress"], capture_output=True, text=True, timeout=300,
         env=dict(os.environ, PYTHONPATH=REPO))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(out.read_text())
-    assert r["num_images"] == 12 and r["epochs"] == 2
-    for k in ("images_per_sec", "first_batch_sec", "peak_rss_mb"):
-        assert r[k] > 0
-    assert r["compare"]["keras"]["images_delivered"] == 24
-    assert r["speedup_vs_keras"] == pytest.approx(
-        r["images_per_sec"] / r["compare"]["keras"]["images_per_sec"])
-    assert "pipeline / keras" in proc.stdout
+    from conftest import assert_bench_beside_keras
+    assert_bench_beside_keras(json.loads(out.read_text()), proc.stdout, num_images=12, epochs=2)
 
 
 def test_builtin_sample_is_deterministic(tmp_path):
