@@ -187,8 +187,10 @@ def from_npy_shards(inputs, labels=None, shuffle: bool = True, seed: Optional[in
         raise ValueError(f"The shards hold no rows. Received: inputs={inputs!r}")
     reader = _Rows(x_infos, y_infos, order, runtime.parallelism,
                    min(len(x_infos), cycle_length or 4), min(total, shuffle_buffer_size))
+    # as ``assemble.data_options``: no graph rewrite at the first iterator (no static
+    # optimizations, no ``deterministic``: each stage sets its own parallelism and order)
     options = tf.data.Options()
-    options.deterministic = order.is_deterministic
+    options.experimental_optimization.apply_default_optimizations = False
     ds = plan.order(reader.elements, batch_size=batch_size, drop_remainder=drop_remainder,
                     on_batches=plan.Map(reader.decode, runtime.parallelism,
                                         order.is_deterministic),
