@@ -728,8 +728,8 @@ class Graph:
 
     def map_step(self) -> plan_lib.Map:
         """The per-element work, one parallel map. Order is kept in the map (the gap
-        check needs it); `deterministic` applies to the other stages through
-        tf.data.Options."""
+        check needs it); the other parallel stages pass ``opts.is_deterministic``
+        themselves (``data_options`` leaves tf.data's own setting alone)."""
         return plan_lib.Map(self.element, self.opts.parallelism, deterministic=True)
 
     def _placeholder(self, pre_error):
@@ -871,7 +871,7 @@ def delivery_device(opts) -> Optional[str]:
 
 
 def data_options(opts) -> tf.data.Options:
-    """The ``tf.data.Options`` of a built dataset: autotune, threads, determinism, no
+    """The ``tf.data.Options`` of a built dataset: autotune, threads, no
     default static optimizations."""
     options = tf.data.Options()
     options.autotune.enabled = bool(opts.autotune)
