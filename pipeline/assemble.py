@@ -611,7 +611,7 @@ class Graph:
             raise ValueError(
                 f"The {self.subset_name or 'dataset'} subset is empty: no files to read. "
                 "Lower `validation_split` or add files. "
-                f"Received: subset={self.subset_name!r}, "
+                f"Received: subset={getattr(self.opts, 'subset', self.subset_name)!r}, "
                 f"validation_split={getattr(self.opts, 'validation_split', None)!r}")
         if self.has_labels and self.opts.label_mode == "binary" and num_classes != 2:
             shown = list(self.class_names or [])

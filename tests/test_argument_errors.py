@@ -81,3 +81,32 @@ def test_binary_labels_message_names_the_class_count_without_names(folder):
     with pytest.raises(ValueError, match=r"exactly 2 classes; found 3\. Received: "
                                          r"label_mode='binary', num_classes=3$"):
         pipeline.from_paths(paths, labels=[0, 1, 2], label_mode="binary")
+
+
+# Found by the fifth fresh-eyes user test.
+
+def test_an_empty_path_is_refused_when_the_dataset_is_built(folder):
+    good = os.path.join(folder, "a", "x.png")
+    # before: built, then at iteration "cannot load file  (unreadable file ...)"
+    with pytest.raises(ValueError, match=r"an empty string names no file\. "
+                                         r"Received: paths\[1\]=''$"):
+        pipeline.from_paths([good, ""], image_size=(8, 8))
+
+
+def test_an_empty_validation_subset_quotes_the_subset_asked_for(folder):
+    # before: "Received: subset='validation'" for subset="both"
+    with pytest.raises(ValueError, match=r"The validation subset is empty: .* Received: "
+                                         r"subset='both', validation_split=0\.01$"):
+        pipeline.from_directory(folder, validation_split=0.01, subset="both", seed=1)
+
+
+def test_class_weights_of_a_resampled_dataset_warn_of_the_double_correction(folder):
+    ds = pipeline.from_directory(folder, sampling="balanced", seed=1, image_size=(8, 8))
+    with pytest.warns(UserWarning, match=r"sampling='balanced'.*correct the imbalance twice"):
+        weights = pipeline.class_weights(ds)
+    assert weights == {0: 1.0, 1: 1.0, 2: 1.0}  # the files as listed: one per class
+    plain = pipeline.from_directory(folder, seed=1, image_size=(8, 8))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pipeline.class_weights(plain) == weights

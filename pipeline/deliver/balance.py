@@ -13,6 +13,7 @@ list holds, without reading any image. ``sampling_shares`` turns the
 from __future__ import annotations
 
 import numbers
+import warnings
 from typing import Dict, Optional, Sequence
 
 import numpy as np
@@ -126,7 +127,8 @@ def class_weights(source) -> Dict[int, float]:
     listed in the index count as their class.
 
     Use it *or* ``sampling="balanced"``, not both (each alone corrects the
-    imbalance; both together over-correct).
+    imbalance; both together over-correct): a dataset built with ``sampling``
+    gets its weights with a ``UserWarning`` that says so.
 
     Args:
         source: a dataset returned by ``pipeline.from_directory`` /
@@ -149,6 +151,14 @@ def class_weights(source) -> Dict[int, float]:
     labels = _labels_of(source)
     if not len(labels):
         raise ValueError("class_weights needs at least one label. Received: 0 labels")
+    sampling = getattr(getattr(getattr(source, "pipeline_built", None), "options", None),
+                       "sampling", None)
+    if sampling is not None:
+        warnings.warn(
+            f"class_weights of a dataset built with sampling={sampling!r}: its epochs are "
+            "already resampled, so these weights (of the files as listed) would correct the "
+            "imbalance twice. Use class_weight= in fit or sampling=, not both.",
+            UserWarning, stacklevel=2)
     counts = np.bincount(labels)
     present = np.flatnonzero(counts)
     n, k = len(labels), len(present)

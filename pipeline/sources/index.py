@@ -468,7 +468,7 @@ def index_paths(paths, labels=None, class_names=None) -> Index:
     not opened: a missing file is reported when the dataset meets it.
 
     Raises:
-        ValueError: empty ``paths``, a single path, ``labels`` of another
+        ValueError: empty ``paths``, an empty path (""), a single path, ``labels`` of another
             length, a bad label, or a string label not in ``class_names``.
     """
     if hasattr(paths, "numpy"):
@@ -493,6 +493,10 @@ def index_paths(paths, labels=None, class_names=None) -> Index:
     paths = [os.fsdecode(p) for p in paths]
     if not paths:
         raise ValueError("`paths` is empty. Received: paths=[]")
+    empty = next((i for i, p in enumerate(paths) if not p), None)
+    if empty is not None:  # "" names no file (as an empty manifest cell)
+        raise ValueError("`paths` must hold file paths; an empty string names no file. "
+                         f"{checks.received(f'paths[{empty}]', '')}")
     class_names = checks.check_class_names(class_names)
     label_list = None
     if labels is not None:
