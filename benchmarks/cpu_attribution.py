@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -142,10 +143,8 @@ def main(argv):
     base = FLAGS.candidates[0]
     summary = {}
     for name, rs in runs.items():
-        units = sorted(x["units"] for x in rs)
-        med = units[len(units) // 2] if len(units) % 2 else sum(
-            units[len(units) // 2 - 1:len(units) // 2 + 1]) / 2
-        summary[name] = {"units_median": med, "units": [x["units"] for x in rs],
+        summary[name] = {"units_median": statistics.median(x["units"] for x in rs),
+                         "units": [x["units"] for x in rs],
                          "by_object": {g: sum(x["by_object"][g] for x in rs) / len(rs)
                                        for g in rs[0]["by_object"]}}
     head = f"{'candidate':14s} {'units':>6s} {'vs ' + base:>9s}  " + "  ".join(
